@@ -1,0 +1,163 @@
+"""Every metric the exporter emits: name, type, labels, help. The single source of truth.
+
+The collector builds its families from these specs, docs/metrics.md is generated from them
+(`python -m exporter.catalogue > docs/metrics.md`, kept fresh by a test), and the naming lint
+and the golden exposition test check them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
+
+PREFIX = "sglang_obs_"
+
+# `server` is the SGLang target's host:port. The exporter's scrape job copies it into `instance`
+# (see prometheus/prometheus.yml), so derived series join native ones on (instance, model_name).
+SERVER = ("server",)
+SERVER_MODEL = ("server", "model_name")
+
+CONFIG_INFO_LABELS = (
+    "version",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "schedule_policy",
+    "kv_cache_dtype",
+    "speculative_algorithm",
+    "mixed_chunk",
+    "disaggregation_mode",
+)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # as exposed (counters end in _total, info metrics in _info)
+    kind: str  # gauge | counter | histogram | info
+    labels: tuple[str, ...]
+    help: str
+    group: str
+
+    def family(self, extra_labels: tuple[str, ...] = ()):
+        labels = [*self.labels, *extra_labels]
+        if self.kind == "gauge":
+            return GaugeMetricFamily(self.name, self.help, labels=labels)
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name, self.help, labels=labels)
+        if self.kind == "histogram":
+            return HistogramMetricFamily(self.name, self.help, labels=labels)
+        return InfoMetricFamily(self.name.removesuffix("_info"), self.help, labels=labels)
+
+
+def _m(name, kind, labels, help_, group):
+    return MetricSpec(PREFIX + name, kind, labels, help_, group)
+
+
+HEALTH = "Exporter health"
+LOAD = "Derived load signals"
+CONFIG = "Effective server configuration"
+
+METRICS: tuple[MetricSpec, ...] = (
+    _m("exporter_build_info", "info", (), "Exporter version; value 1.", HEALTH),
+    _m("collector_success", "gauge", ("collector",),
+       "1 if the collector rendered its series in this scrape, else 0 (its series are then "
+       "missing; the exporter log has the error).", HEALTH),
+    _m("collector_duration_seconds", "gauge", ("collector",),
+       "Time the collector took to render its series in this scrape.", HEALTH),
+    _m("up", "gauge", SERVER,
+       "1 if the last poll got a valid answer from the SGLang server (/metrics or the load "
+       "endpoint), else 0.", HEALTH),
+    _m("last_poll_success_timestamp_seconds", "gauge", SERVER,
+       "Unix time of the last poll that got a valid answer.", HEALTH),
+    _m("poll_duration_seconds", "gauge", SERVER,
+       "Wall time of the last poll cycle (all endpoints).", HEALTH),
+    _m("polls_total", "counter", SERVER, "Poll cycles run against the server.", HEALTH),
+    _m("poll_errors_total", "counter", (*SERVER, "endpoint", "reason"),
+       "Failed endpoint requests by endpoint (metrics, loads, server_info, models) and reason "
+       "(connection_refused, timeout, http_status, too_large, network, parse).", HEALTH),
+    _m("native_metrics_info", "info", (*SERVER, "spelling"),
+       "How the server's own /metrics names its series: spelling is colon (sglang:), "
+       "underscore (sglang_), mixed, or none (no SGLang series: metrics off or not yet "
+       "reported).", HEALTH),
+    _m("scheduler_metrics_present", "gauge", SERVER,
+       "1 if the last /metrics answer had SGLang scheduler series (num_running_reqs, "
+       "num_queue_reqs), else 0.", HEALTH),
+    _m("kv_used_tokens", "gauge", SERVER_MODEL,
+       "KV pool tokens in use, excluding evictable radix-cache tokens, summed over DP ranks.",
+       LOAD),
+    _m("kv_capacity_tokens", "gauge", SERVER_MODEL,
+       "KV pool capacity in tokens (effective max_total_num_tokens), summed over DP ranks.",
+       LOAD),
+    _m("kv_occupancy_ratio", "gauge", SERVER_MODEL,
+       "KV pool used / capacity at full resolution (0-1); SGLang's token_usage is rounded to "
+       "0.01.", LOAD),
+    _m("running_requests", "gauge", SERVER_MODEL,
+       "Requests in the running batch, summed over DP ranks (live, from the load endpoint "
+       "where the release has it).", LOAD),
+    _m("waiting_requests", "gauge", SERVER_MODEL,
+       "Requests in the waiting queue, summed over DP ranks (live where the release has a load "
+       "endpoint).", LOAD),
+    _m("max_running_requests", "gauge", SERVER_MODEL,
+       "Effective maximum of running requests, summed over DP ranks (not the CLI flag).", LOAD),
+    _m("running_requests_ratio", "gauge", SERVER_MODEL,
+       "Running requests / effective maximum (0-1).", LOAD),
+    _m("decode_speed_per_request_tokens_per_second", "gauge", SERVER_MODEL,
+       "Generation throughput divided by running requests: decode speed one user sees. "
+       "Absent while nothing runs.", LOAD),
+    _m("prefill_backlog_tokens", "gauge", SERVER_MODEL,
+       "Prompt tokens waiting to be prefilled (uncached), summed over DP ranks. Absent on "
+       "releases without it in the load endpoint.", LOAD),
+    _m("queue_nonempty_duration_seconds", "gauge", SERVER_MODEL,
+       "How long the waiting queue has been continuously non-empty, as of the last poll; 0 "
+       "when empty.", LOAD),
+    _m("queue_nonempty_run_duration_seconds", "histogram", SERVER_MODEL,
+       "Durations of completed runs of a continuously non-empty waiting queue.", LOAD),
+    _m("queue_nonempty_seconds_total", "counter", SERVER_MODEL,
+       "Total seconds the waiting queue was observed non-empty.", LOAD),
+    _m("server_config_info", "info", (*SERVER_MODEL, *CONFIG_INFO_LABELS),
+       "Effective server configuration from /server_info (changes only on restart); value 1.",
+       CONFIG),
+    _m("config_tp_size", "gauge", SERVER_MODEL, "Tensor-parallel size.", CONFIG),
+    _m("config_dp_size", "gauge", SERVER_MODEL, "Data-parallel size.", CONFIG),
+    _m("config_chunked_prefill_size_tokens", "gauge", SERVER_MODEL,
+       "Resolved chunked_prefill_size (-1: chunking off).", CONFIG),
+    _m("config_max_prefill_tokens", "gauge", SERVER_MODEL,
+       "max_prefill_tokens: token budget of one prefill batch.", CONFIG),
+    _m("config_context_length_tokens", "gauge", SERVER_MODEL,
+       "Effective context length in tokens.", CONFIG),
+    _m("config_mixed_chunk_enabled", "gauge", SERVER_MODEL,
+       "1 if mixed chunked prefill is effectively on (speculative decoding turns it off).",
+       CONFIG),
+)
+
+BY_NAME = {spec.name: spec for spec in METRICS}
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Exporter metrics",
+        "",
+        "Generated from `exporter/catalogue.py` by `python -m exporter.catalogue > docs/metrics.md`;",
+        "a test fails when this file is stale. Label `server` is the SGLang target's `host:port`;",
+        "the exporter's scrape job copies it into `instance` so that derived series join SGLang's",
+        "own series `on (instance, model_name)`.",
+        "",
+    ]
+    for group in dict.fromkeys(spec.group for spec in METRICS):
+        lines += [f"## {group}", "", "| metric | type | labels | meaning |", "|---|---|---|---|"]
+        for spec in (s for s in METRICS if s.group == group):
+            labels = ", ".join(f"`{label}`" for label in spec.labels) or "—"
+            lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_markdown())

@@ -1,0 +1,223 @@
+"""Command line in the style of Prometheus exporters; every flag also reads an env variable.
+
+The env variable of a flag is SGLANG_OBS_ + the flag name upper-cased with '.' and '-' as '_'
+(--sglang.url -> SGLANG_OBS_SGLANG_URL). Flags win over env variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+
+from prometheus_client import CollectorRegistry
+
+from exporter import __version__
+from exporter.collector import GuardedCollector, SGLangCollector
+from exporter.poller import PollSettings, TargetPoller, server_label
+from exporter.web import make_app, parse_listen_address, serve
+
+log = logging.getLogger("exporter")
+
+DEFAULT_LISTEN = ":9840"
+ENV_PREFIX = "SGLANG_OBS_"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
+
+
+def dest_name(flag: str) -> str:
+    return re.sub(r"[.-]", "_", flag.lstrip("-"))
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + dest_name(flag).upper()
+
+
+def duration(text: str) -> float:
+    """'500ms', '1s', '2m', '1h' or plain seconds -> seconds (> 0)."""
+    match = _DURATION.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive duration: {text!r} (e.g. 500ms, 1s, 2m)")
+    factor = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    return float(match.group(1)) * factor
+
+
+def size(text: str) -> int:
+    """'1048576', '512KiB', '16MiB' -> bytes (> 0)."""
+    match = _SIZE.match(str(text))
+    if not match or int(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive size: {text!r} (e.g. 16MiB)")
+    return int(match.group(1)) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+                                  None: 1}[match.group(2)]
+
+
+def url(text: str) -> str:
+    try:
+        server_label(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text.rstrip("/")
+
+
+def listen_address(text: str) -> str:
+    try:
+        parse_listen_address(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Adds flags whose default comes from the env variable, named in the help text."""
+
+    def flag(self, name, *, type=str, default=None, help, repeatable=False):  # noqa: A002
+        """`default` is text, converted by `type` like a value from the command line."""
+        env = env_name(name)
+        raw = os.environ.get(env) or default
+        try:
+            if repeatable:
+                value = [type(part) for part in (raw or "").split(",") if part.strip()]
+            else:
+                value = None if raw is None else type(raw)
+        except argparse.ArgumentTypeError as err:
+            self.error(f"{'env ' + env if os.environ.get(env) else name}: {err}")
+        self.add_argument(
+            name,
+            dest=dest_name(name),
+            type=type,
+            default=None if repeatable else value,
+            action="append" if repeatable else "store",
+            metavar=name.split(".")[-1].upper().replace("-", "_"),
+            help=f"{help} [env {env}{'' if default is None else f'; default {default}'}]",
+        )
+        if repeatable:
+            self._env_lists[name] = value
+
+    def toggle(self, name, *, default, help):  # noqa: A002
+        env = env_name(name)
+        raw = os.environ.get(env)
+        if raw:
+            try:
+                default = _boolean(raw)
+            except argparse.ArgumentTypeError as err:
+                self.error(f"env {env}: {err}")
+        self.add_argument(
+            name,
+            dest=dest_name(name),
+            action=argparse.BooleanOptionalAction,
+            default=default,
+            help=f"{help} [env {env}=true|false; default {'on' if default else 'off'}]",
+        )
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(
+        prog="sglang-exporter",
+        description="Prometheus exporter that runs beside SGLang servers and adds what their own "
+        "/metrics lacks: live KV occupancy, how long the queue has been non-empty, the prefill "
+        "backlog, the effective configuration, and its own health.",
+    )
+    parser._env_lists = {}
+    parser.flag("--web.listen-address", type=listen_address, default=DEFAULT_LISTEN,
+                help="Address to serve metrics on: [host]:port; use 127.0.0.1:PORT to stay local.")
+    parser.flag("--web.telemetry-path", default="/metrics",
+                help="Path under which the metrics are served.")
+    parser.flag("--sglang.url", type=url, repeatable=True,
+                help="Base URL of an SGLang server (http://host:port, the --port SGLang serves "
+                "its API and /metrics on). Repeat for several servers; the env variable takes a "
+                "comma-separated list.")
+    parser.flag("--sglang.poll-interval", type=duration, default="1s",
+                help="How often each server's /metrics and load endpoint are polled. Keep it "
+                "well below the scrape interval so short queueing episodes are seen.")
+    parser.flag("--sglang.server-info-interval", type=duration, default="30s",
+                help="How often /server_info and /v1/models are re-read (also after every "
+                "reconnect); they change only when the server restarts.")
+    parser.flag("--sglang.timeout", type=duration, default="2s",
+                help="Deadline for one HTTP request to SGLang, connect to last byte.")
+    parser.flag("--sglang.max-response-bytes", type=size, default="16MiB",
+                help="Largest response body accepted from SGLang (bytes, or with KiB/MiB/GiB); "
+                "a larger one is dropped and counted as an error.")
+    parser.flag("--log.level", type=str.lower, default="info",
+                help="Log level: debug, info, warn or error.")
+    parser.toggle("--collector.sglang", default=True,
+                  help="Poll the SGLang servers given by --sglang.url.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.sglang_url is None:
+        args.sglang_url = parser._env_lists["--sglang.url"]
+    if args.log_level not in ("debug", "info", "warn", "warning", "error"):
+        parser.error(f"--log.level: unknown level {args.log_level!r}")
+    if not args.web_telemetry_path.startswith("/") or args.web_telemetry_path == "/":
+        parser.error("--web.telemetry-path must start with / and not be / (the landing page)")
+    if args.collector_sglang and not args.sglang_url:
+        parser.error("give at least one --sglang.url (or SGLANG_OBS_SGLANG_URL), "
+                     "or turn the SGLang collector off with --no-collector.sglang")
+    servers = [server_label(u) for u in args.sglang_url]
+    duplicates = sorted({s for s in servers if servers.count(s) > 1})
+    if duplicates:
+        parser.error(f"--sglang.url: the same server given twice: {', '.join(duplicates)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    level = "warning" if args.log_level == "warn" else args.log_level
+    logging.basicConfig(
+        level=level.upper(),
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+        stream=sys.stderr,
+    )
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        log.warning("PROMETHEUS_MULTIPROC_DIR is set; the exporter ignores it and serves "
+                    "its own registry (run it in its own process, not inside SGLang's)")
+
+    settings = PollSettings(
+        interval=args.sglang_poll_interval,
+        server_info_interval=args.sglang_server_info_interval,
+        timeout=args.sglang_timeout,
+        max_response_bytes=args.sglang_max_response_bytes,
+    )
+    pollers = [TargetPoller(u, settings) for u in args.sglang_url] if args.collector_sglang else []
+    collectors = [SGLangCollector(pollers)] if args.collector_sglang else []
+
+    registry = CollectorRegistry()
+    registry.register(GuardedCollector(collectors))
+    app = make_app(registry, args.web_telemetry_path, [p.base_url for p in pollers])
+    try:
+        server = serve(app, args.web_listen_address)
+    except OSError as err:
+        log.error("cannot listen on %s: %s", args.web_listen_address, err)
+        return 1
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    for poller in pollers:
+        poller.start(stop)
+    host, port = server.server_address[:2]
+    log.info("serving %s on %s:%s for %d SGLang server(s)", args.web_telemetry_path, host, port,
+             len(pollers))
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    for poller in pollers:
+        poller.join(timeout=settings.timeout + 1)
+    return 0

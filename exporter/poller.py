@@ -1,0 +1,310 @@
+"""One background poller per SGLang server; each cycle ends in an immutable snapshot.
+
+The scrape path only reads `TargetPoller.snapshot` (a reference swapped atomically at the end of
+a cycle), so a scrape never waits on SGLang and never sees a half-updated state.
+
+Per cycle: /metrics and the load endpoint (/v1/loads, else /get_load) every poll interval;
+/server_info (else /get_server_info) and /v1/models every server-info interval and after the
+server comes back, since they change only on restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from exporter.http_fetch import FETCH_ERROR_REASONS, METRICS_ACCEPT, FetchError, fetch
+from exporter.queue_run import QueueRunState, QueueRunTracker
+from exporter.sglang_api import (
+    Load,
+    PayloadError,
+    ServerConfig,
+    parse_loads,
+    parse_models_context_length,
+    parse_server_info,
+)
+from exporter.sglang_exposition import ExpositionError, NativeMetrics, parse_exposition
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS = ("metrics", "loads", "server_info", "models")
+ERROR_REASONS = (*FETCH_ERROR_REASONS, "parse")
+
+# Tried in order; the first that is not 404/405 is kept until the server restarts.
+LOAD_PATHS = ("/v1/loads", "/get_load")
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+@dataclass(frozen=True)
+class PollSettings:
+    interval: float = 1.0
+    server_info_interval: float = 30.0
+    timeout: float = 2.0
+    max_response_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Per-server signals computed from one cycle's answers. None means unknown: no series."""
+
+    model_name: str = ""
+    kv_used_tokens: float | None = None
+    kv_capacity_tokens: float | None = None
+    kv_occupancy_ratio: float | None = None
+    running_requests: float | None = None
+    waiting_requests: float | None = None
+    max_running_requests: float | None = None
+    running_requests_ratio: float | None = None
+    decode_speed_per_request: float | None = None
+    prefill_backlog_tokens: float | None = None
+    context_length_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    server: str
+    up: bool = False
+    last_success_timestamp: float | None = None
+    poll_duration_seconds: float | None = None
+    polls: int = 0
+    errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    native_spelling: str | None = None  # None: /metrics not parsed this cycle
+    scheduler_metrics_present: bool = False
+    derived: Derived | None = None  # None while the server is unreachable
+    config: ServerConfig | None = None  # last known; kept while the server is down
+    queue_run: QueueRunState | None = None
+
+
+def server_label(url: str) -> str:
+    """host:port of a base URL — the `instance` the SGLang scrape job gives the same server."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return f"{host}:{port}"
+
+
+class TargetPoller:
+    def __init__(
+        self,
+        base_url: str,
+        settings: PollSettings,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.server = server_label(self.base_url)
+        self.settings = settings
+        self._clock = clock
+        self._wall = wall_clock
+        self._queue = QueueRunTracker()
+        self._errors = {(e, r): 0 for e in ENDPOINTS for r in ERROR_REASONS}
+        self._polls = 0
+        self._load_path: str | None = LOAD_PATHS[0]
+        self._info_path = SERVER_INFO_PATHS[0]
+        self._next_info_at = 0.0
+        self._was_up = False
+        self._last_success: float | None = None
+        self._config: ServerConfig | None = None
+        self._models_context: float | None = None
+        self.snapshot = Snapshot(server=self.server, errors=dict(self._errors))
+        self._thread: threading.Thread | None = None
+
+    # -- background loop -------------------------------------------------------------------
+    def start(self, stop: threading.Event) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name=f"poll {self.server}", daemon=True
+        )
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread:
+            self._thread.join(timeout)
+
+    def _run(self, stop: threading.Event) -> None:
+        next_at = self._clock()
+        while not stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # a bug must not kill the poller: log it and poll again
+                log.exception("poll cycle failed unexpectedly for %s", self.server)
+            next_at += self.settings.interval
+            now = self._clock()
+            if next_at < now:  # overran: skip missed ticks instead of bursting
+                next_at = now
+            stop.wait(next_at - now)
+
+    # -- one cycle ----------------------------------------------------------------------------
+    def poll_once(self) -> Snapshot:
+        started = self._clock()
+        self._polls += 1
+        native, reachable = self._poll_metrics()
+        # An unreachable server would make the load request wait out its timeout too.
+        load = self._poll_loads() if reachable else None
+        up = native is not None or load is not None
+        if up and (not self._was_up or started >= self._next_info_at):
+            self._poll_server_info()
+            self._next_info_at = started + self.settings.server_info_interval
+        if not up:
+            # On return the server may be another release: probe the paths again.
+            self._load_path = LOAD_PATHS[0]
+            self._info_path = SERVER_INFO_PATHS[0]
+        self._was_up = up
+
+        derived = None
+        if up:
+            self._last_success = self._wall()
+            derived = derive(native, load, self._config, self._models_context)
+            if derived.waiting_requests is not None:
+                self._queue.observe(started, derived.waiting_requests)
+        else:
+            self._queue.lost()
+
+        self.snapshot = Snapshot(
+            server=self.server,
+            up=up,
+            last_success_timestamp=self._last_success,
+            poll_duration_seconds=self._clock() - started,
+            polls=self._polls,
+            errors=dict(self._errors),
+            native_spelling=native.spelling if native else None,
+            scheduler_metrics_present=bool(native and native.has_scheduler_series),
+            derived=derived,
+            config=self._config,
+            queue_run=self._queue.state(),
+        )
+        return self.snapshot
+
+    def _get(self, endpoint: str, path: str, accept: str = "*/*"):
+        try:
+            return fetch(
+                self.base_url + path,
+                timeout=self.settings.timeout,
+                max_bytes=self.settings.max_response_bytes,
+                accept=accept,
+            )
+        except FetchError as err:
+            if err.status not in (404, 405):
+                self._count_error(endpoint, err.reason)
+                log.debug("%s %s: %s", self.server, path, err)
+            raise
+
+    def _count_error(self, endpoint: str, reason: str) -> None:
+        self._errors[(endpoint, reason)] += 1
+
+    def _poll_metrics(self) -> tuple[NativeMetrics | None, bool]:
+        """The parsed answer (None on failure) and whether the server answered at all."""
+        try:
+            resp = self._get("metrics", "/metrics", METRICS_ACCEPT)
+        except FetchError as err:
+            if err.status in (404, 405):  # --enable-metrics is off: count it, it is a finding
+                self._count_error("metrics", err.reason)
+            return None, err.reason in ("http_status", "too_large")
+        try:
+            return parse_exposition(resp.body.decode("utf-8", "replace"), resp.content_type), True
+        except ExpositionError as err:
+            self._count_error("metrics", "parse")
+            log.debug("%s /metrics: %s", self.server, err)
+            return None, True
+
+    def _poll_loads(self) -> Load | None:
+        paths = LOAD_PATHS[LOAD_PATHS.index(self._load_path):] if self._load_path else ()
+        for path in paths:
+            payload = self._get_json("loads", path)
+            if payload is _NOT_FOUND:
+                continue
+            self._load_path = path
+            if payload is None:
+                return None
+            try:
+                return parse_loads(payload)
+            except PayloadError:
+                self._count_error("loads", "parse")
+                return None
+        self._load_path = None  # this release has no load endpoint (before 0.4.7)
+        return None
+
+    def _poll_server_info(self) -> None:
+        for path in SERVER_INFO_PATHS[SERVER_INFO_PATHS.index(self._info_path):]:
+            payload = self._get_json("server_info", path)
+            if payload is _NOT_FOUND:
+                continue
+            self._info_path = path
+            if payload is not None:
+                try:
+                    self._config = parse_server_info(payload)
+                except PayloadError:
+                    self._count_error("server_info", "parse")
+            break
+        payload = self._get_json("models", "/v1/models")
+        if payload not in (None, _NOT_FOUND):
+            try:
+                self._models_context = parse_models_context_length(payload)
+            except PayloadError:
+                self._count_error("models", "parse")
+
+    def _get_json(self, endpoint: str, path: str):
+        """Decoded JSON; _NOT_FOUND on 404/405; None on any other failure (already counted)."""
+        try:
+            resp = self._get(endpoint, path, "application/json")
+        except FetchError as err:
+            return _NOT_FOUND if err.status in (404, 405) else None
+        try:
+            return json.loads(resp.body)
+        except (ValueError, RecursionError):  # junk, bad UTF-8, absurd nesting
+            self._count_error(endpoint, "parse")
+            return None
+
+
+_NOT_FOUND = object()
+
+
+def derive(
+    native: NativeMetrics | None,
+    load: Load | None,
+    config: ServerConfig | None,
+    models_context: float | None = None,
+) -> Derived:
+    """Combine one cycle's answers; live load beats scheduler gauges, which beat config."""
+    native = native or NativeMetrics()
+    load = load or Load()
+    config = config or ServerConfig()
+
+    def first(*values):
+        return next((v for v in values if v is not None), None)
+
+    used = first(load.used_tokens, native.get("kv_used_tokens"), native.get("num_used_tokens"))
+    capacity = first(
+        load.capacity_tokens, native.get("max_total_num_tokens"), config.max_total_num_tokens
+    )
+    running = first(load.running, native.get("num_running_reqs"))
+    waiting = first(load.waiting, native.get("num_queue_reqs"))
+    max_running = first(load.max_running_requests, config.max_running_requests)
+    gen = first(load.gen_throughput, native.get("gen_throughput"))
+    return Derived(
+        model_name=config.model_name or native.model_name,
+        kv_used_tokens=used,
+        kv_capacity_tokens=capacity,
+        kv_occupancy_ratio=_ratio(used, capacity),
+        running_requests=running,
+        waiting_requests=waiting,
+        max_running_requests=max_running,
+        running_requests_ratio=_ratio(running, max_running),
+        decode_speed_per_request=_ratio(gen, running),
+        prefill_backlog_tokens=load.prefill_backlog_tokens,
+        context_length_tokens=first(
+            native.get("context_len"), models_context, config.context_length
+        ),
+    )
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den

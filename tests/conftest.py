@@ -1,0 +1,62 @@
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
+from exporter.poller import PollSettings, TargetPoller  # noqa: E402
+from fake_sglang import FakeSGLang  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite golden files instead of comparing against them")
+
+
+def require_binary(name: str) -> str:
+    """Path of a real Prometheus tool; skip locally when absent, fail under CI=true."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} not installed (apt-get install prometheus prometheus-alertmanager)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + ": CI must install it")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def fake_sglang():
+    servers = []
+
+    def start(routes=None, port=0):
+        server = FakeSGLang(routes, port=port)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        try:
+            server.stop()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def make_registry():
+    """Registry with the SGLang collector over pollers for the given URLs (polled by hand)."""
+
+    def make(*urls, settings=None):
+        settings = settings or PollSettings(timeout=1.0)
+        pollers = [TargetPoller(u, settings) for u in urls]
+        registry = CollectorRegistry()
+        registry.register(GuardedCollector([SGLangCollector(pollers)]))
+        return registry, pollers
+
+    return make
