@@ -144,8 +144,8 @@ def render_markdown() -> str:
     lines = [
         "# Exporter metrics",
         "",
-        "Generated from `exporter/catalogue.py` by `python -m exporter.catalogue > docs/metrics.md`;",
-        "a test fails when this file is stale. Label `server` is the SGLang target's `host:port`;",
+        "Generated from `exporter/catalogue.py` by `make generate`; a test fails when this file",
+        "is stale. Label `server` is the SGLang target's `host:port`;",
         "the exporter's scrape job copies it into `instance` so that derived series join SGLang's",
         "own series `on (instance, model_name)`.",
         "",

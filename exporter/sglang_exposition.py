@@ -1,8 +1,8 @@
 """Read SGLang's /metrics exposition into the few per-server numbers the exporter derives from.
 
 Three traps handled here, all described in the SGLang reference:
-- spelling: `sglang:x` (text format, Prometheus 3.x) or `sglang_x` (prometheus_client >= 0.23 answering
-  an OpenMetrics scraper with escaping=underscores). Both map to the bare name `x`.
+- spelling: `sglang:x` (text format) or `sglang_x` (prometheus_client >= 0.23 answering an
+  OpenMetrics scraper with escaping=underscores). Both map to the bare name `x`.
 - renames across releases: old exposed names map to the current one (RENAMES).
 - ranks: scheduler series repeat per tp/pp/ep rank (and constants on every rank) and split per
   dp_rank; `pid`-labelled gauges repeat per process. Load is max within a DP rank, summed over DP

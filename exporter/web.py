@@ -1,12 +1,14 @@
-"""HTTP side: a landing page at / and the registry at the telemetry path.
+"""HTTP side: a landing page at /, the registry at the telemetry path, and /sd/sglang.
 
-prometheus_client's WSGI app renders the exposition (and negotiates OpenMetrics and gzip);
-this module only adds the landing page and a threaded server bound to the listen address.
+prometheus_client's WSGI app renders the exposition (and negotiates OpenMetrics and gzip).
+/sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format, so the
+`sglang` scrape job targets exactly the servers the exporter polls: the URLs are configured once.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import logging
 import socket
 import threading
@@ -16,6 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from exporter import __version__
+from exporter.poller import server_label
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +27,31 @@ LANDING = """<!doctype html>
 <body><h1>SGLang observability exporter</h1>
 <p>Version {version}. Derived signals for SGLang servers: KV occupancy, continuous queueing time,
 prefill backlog, effective configuration, and the exporter's own health.</p>
-<p><a href="{path}">Metrics</a></p>
+<p><a href="{path}">Metrics</a> · <a href="/sd/sglang">SGLang targets (Prometheus HTTP SD)</a></p>
 <h2>Targets</h2><ul>{targets}</ul>
 </body></html>
 """
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
-    """':9840', '127.0.0.1:9840' or '[::1]:9840' -> (host, port); '' host means all interfaces."""
+    """':9840', '127.0.0.1:9840', '[::1]:9840' -> (host, port).
+
+    An empty host means all interfaces; port 0 means any free port.
+    """
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"listen address must be [host]:port, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def service_discovery(targets: list[str]) -> bytes:
+    """HTTP SD answer: one target group per server; the scheme travels as __scheme__."""
+    groups = []
+    for url in targets:
+        # Same host:port as the exporter's `server` label, so the two jobs join on instance.
+        scheme = url.partition("://")[0]
+        groups.append({"targets": [server_label(url)], "labels": {"__scheme__": scheme}})
+    return json.dumps(groups).encode()
 
 
 def make_app(registry: CollectorRegistry, telemetry_path: str, targets: list[str]):
@@ -45,11 +61,15 @@ def make_app(registry: CollectorRegistry, telemetry_path: str, targets: list[str
         path=html.escape(telemetry_path),
         targets="".join(f"<li>{html.escape(t)}</li>" for t in targets),
     ).encode()
+    sd = service_discovery(targets)
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "/")
         if path == telemetry_path:
             return metrics_app(environ, start_response)
+        if path == "/sd/sglang":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [sd]
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [page]

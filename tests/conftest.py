@@ -1,3 +1,4 @@
+import contextlib
 import os
 import shutil
 import sys
@@ -10,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
 from exporter.poller import PollSettings, TargetPoller  # noqa: E402
+
 from fake_sglang import FakeSGLang  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,10 +44,8 @@ def fake_sglang():
 
     yield start
     for server in servers:
-        try:
+        with contextlib.suppress(OSError):
             server.stop()
-        except OSError:
-            pass
 
 
 @pytest.fixture

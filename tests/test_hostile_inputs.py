@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from exporter.poller import PollSettings
+
 from fake_sglang import Route
 
 GOOD_METRICS = (

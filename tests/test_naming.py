@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from exporter.catalogue import METRICS, PREFIX, render_markdown
+
 from conftest import ROOT, require_binary
 
 NON_BASE_UNITS = re.compile(r"_(percent|percentage|ms|milliseconds|minutes|hours|mib|mb|kb|gb|"
@@ -22,7 +23,7 @@ def test_metric_follows_prometheus_naming(spec):
     assert spec.name.endswith("_total") == (spec.kind == "counter")
     assert spec.name.endswith("_info") == (spec.kind == "info")
     assert not TARGET_LABELS & set(spec.labels), "must not clash with target labels"
-    assert spec.help.strip() and spec.help.strip()[-1] in ".)"
+    assert spec.help.strip()[-1:] in (".", ")")
     if spec.kind == "histogram":
         assert spec.name.endswith("_seconds")
 

@@ -1,0 +1,22 @@
+# Three verbs: generate (derived files), test (sets itself up on a fresh machine), bench.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: test generate bench
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check exporter tests bench
+	$(PY) -m pytest
+
+generate: $(VENV)/.installed
+	$(PY) -m exporter.catalogue > docs/metrics.md
+
+bench: $(VENV)/.installed
+	$(PY) bench/bench_exporter.py
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
