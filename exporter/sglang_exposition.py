@@ -15,9 +15,6 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client.openmetrics.parser import (
-    text_string_to_metric_families as parse_openmetrics,
-)
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 COLON_PREFIX = "sglang:"
@@ -76,11 +73,15 @@ class NativeMetrics:
 def parse_exposition(text: str, content_type: str = "") -> NativeMetrics:
     """Parse an exposition body and aggregate the wanted SGLang series across ranks."""
     if "openmetrics" in content_type.lower():
-        families = parse_openmetrics(text)
-    else:
-        families = parse_text(text)
+        # prometheus_client's strict OpenMetrics parser rejects exactly what SGLang sends with
+        # escaping=underscores (sample names no longer match the HELP/TYPE names). The text
+        # parser reads the same samples; the mandatory `# EOF` still detects truncation.
+        body = text.rstrip("\n")
+        if not body.endswith("# EOF"):
+            raise ExpositionError("OpenMetrics body without '# EOF' (truncated)")
+        text = body[: -len("# EOF")]
     try:
-        return _aggregate(_samples(families))
+        return _aggregate(_samples(parse_text(text)))
     except ExpositionError:
         raise
     except Exception as err:  # the parsers raise ValueError, KeyError, IndexError, ... on junk

@@ -1,0 +1,99 @@
+"""The exporter's whole exposition for a fixed set of recorded servers, diffed against a
+committed golden file (update it with `pytest --update-golden`, and review the diff)."""
+
+import difflib
+import itertools
+import re
+import socket
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from conftest import ROOT
+from exporter.catalogue import METRICS
+from exporter.collector import GuardedCollector, SGLangCollector
+from exporter.poller import PollSettings, TargetPoller
+from fake_sglang import json_route, text_route
+
+GOLDEN = ROOT / "tests" / "fixtures" / "exporter_golden.prom"
+# Wall-clock and timing values change every run.
+NONDETERMINISTIC = re.compile(
+    r"^sglang_obs_(last_poll_success_timestamp_seconds|poll_duration_seconds|"
+    r"collector_duration_seconds)\{"
+)
+
+SERVERS = {
+    # 0.5.23 with DP attention: /v1/loads, /server_info
+    "sglang-dp2:30000": {
+        "/metrics": text_route("metrics_0.5.23_dp2.prom"),
+        "/v1/loads": json_route("v1_loads_0.5.23_dp2.json"),
+        "/server_info": json_route("server_info_0.5.23_dp2.json"),
+        "/v1/models": json_route("v1_models_qwen3.json"),
+    },
+    # 0.5.23 answering an OpenMetrics scraper with underscores
+    "sglang-underscores:30000": {
+        "/metrics": text_route(
+            "metrics_0.5.23_tp4_underscores.txt",
+            content_type=(
+                (ROOT / "tests/fixtures/sglang/metrics_0.5.23_tp4_underscores.content-type")
+                .read_text().strip())),
+        "/v1/loads": json_route("v1_loads_0.5.23.json"),
+        "/server_info": json_route("server_info_0.5.12_seed.json"),
+    },
+    # 0.5.5: /get_load and /get_server_info only
+    "sglang-055:30000": {
+        "/metrics": text_route("metrics_0.5.5.prom"),
+        "/get_load": json_route("get_load_0.5.5.json"),
+        "/get_server_info": json_route("server_info_0.5.5.json"),
+    },
+    # 0.4.6: no load endpoint at all
+    "sglang-046:30000": {
+        "/metrics": text_route("metrics_0.4.6.prom"),
+        "/get_server_info": json_route("server_info_0.4.6.json"),
+    },
+}
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render(fake_sglang):
+    pollers = []
+    for label, routes in SERVERS.items():
+        server = fake_sglang(routes)
+        # A fake clock makes queue-run durations exact: each poll cycle reads it twice.
+        clock = itertools.count(1000.0, 1.0).__next__
+        poller = TargetPoller(server.url, PollSettings(timeout=2.0), clock=clock)
+        poller.server = label
+        pollers.append(poller)
+    dead = TargetPoller(f"http://127.0.0.1:{closed_port()}", PollSettings(timeout=1.0))
+    dead.server = "sglang-dead:30000"
+    pollers.append(dead)
+    for _ in range(3):
+        for poller in pollers:
+            poller.poll_once()
+    registry = CollectorRegistry()
+    registry.register(GuardedCollector([SGLangCollector(pollers)]))
+    text = generate_latest(registry).decode()
+    return "".join(
+        line + "\n" for line in text.splitlines() if not NONDETERMINISTIC.match(line)
+    )
+
+
+def test_exposition_matches_golden_file(fake_sglang, request):
+    actual = render(fake_sglang)
+    if request.config.getoption("--update-golden"):
+        GOLDEN.write_text(actual)
+    expected = GOLDEN.read_text()
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                        "golden", "actual"))
+    assert not diff, f"exposition changed (pytest --update-golden to accept):\n{diff}"
+
+
+def test_golden_file_has_every_catalogued_metric_and_nothing_else():
+    # TYPE lines name counters with or without _total, depending on the prometheus_client release.
+    typed = set(re.findall(r"^# TYPE (\S+)", GOLDEN.read_text(), re.M))
+    assert {n.removesuffix("_total") for n in typed} == {
+        spec.name.removesuffix("_total") for spec in METRICS}
