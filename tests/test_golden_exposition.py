@@ -8,10 +8,11 @@ import socket
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from conftest import ROOT
 from exporter.catalogue import METRICS
 from exporter.collector import GuardedCollector, SGLangCollector
 from exporter.poller import PollSettings, TargetPoller
+
+from conftest import ROOT
 from fake_sglang import json_route, text_route
 
 GOLDEN = ROOT / "tests" / "fixtures" / "exporter_golden.prom"

@@ -14,6 +14,7 @@ from exporter.sglang_api import (
     parse_server_info,
 )
 from exporter.sglang_exposition import ExpositionError, parse_exposition
+
 from fake_sglang import FIXTURES
 
 EXPECTED = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
