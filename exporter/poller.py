@@ -155,6 +155,9 @@ class TargetPoller:
             # On return the server may be another release: probe the paths again.
             self._load_path = LOAD_PATHS[0]
             self._info_path = SERVER_INFO_PATHS[0]
+        if up != self._was_up:  # log transitions only: a dead server must not flood the log
+            log.log(logging.INFO if up else logging.WARNING, "SGLang server %s is %s",
+                    self.server, "reachable" if up else "unreachable (see poll_errors_total)")
         self._was_up = up
 
         derived = None
