@@ -18,7 +18,13 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.http_fetch import FETCH_ERROR_REASONS, METRICS_ACCEPT, FetchError, fetch
+from exporter.http_fetch import (
+    FETCH_ERROR_REASONS,
+    METRICS_ACCEPT,
+    FetchError,
+    Response,
+    fetch,
+)
 from exporter.queue_run import QueueRunState, QueueRunTracker
 from exporter.sglang_api import (
     Load,
@@ -97,12 +103,14 @@ class TargetPoller:
         settings: PollSettings,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        fetcher: Callable[..., Response] = fetch,
     ):
         self.base_url = base_url.rstrip("/")
         self.server = server_label(self.base_url)
         self.settings = settings
         self._clock = clock
         self._wall = wall_clock
+        self._fetch = fetcher  # the simulator's renderer polls it in-process, in simulated time
         self._queue = QueueRunTracker()
         self._errors = {(e, r): 0 for e in ENDPOINTS for r in ERROR_REASONS}
         self._polls = 0
@@ -186,7 +194,7 @@ class TargetPoller:
 
     def _get(self, endpoint: str, path: str, accept: str = "*/*"):
         try:
-            return fetch(
+            return self._fetch(
                 self.base_url + path,
                 timeout=self.settings.timeout,
                 max_bytes=self.settings.max_response_bytes,

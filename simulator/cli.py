@@ -1,0 +1,198 @@
+"""`sglang-sim`: serve a simulated SGLang server, or render a scenario's series.
+
+    sglang-sim --scenario long-context-incident --port 30000
+    sglang-sim render --scenario long-context-incident --out /tmp/series
+    sglang-sim list
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from simulator import scenario as scenarios
+from simulator.profiles import ALIASES
+from simulator.render import render, write_openmetrics, write_promtool_series
+from simulator.server import LogSink, SimServer
+from simulator.simulation import Simulation
+
+log = logging.getLogger("simulator")
+
+
+def _duration(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            value = float(text[: -len(unit)]) * units[unit]
+            break
+    else:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", default="healthy",
+                        help="shipped scenario name (see `sglang-sim list`) or a YAML file path")
+    parser.add_argument("--release", choices=sorted(ALIASES),
+                        help="SGLang release profile (default: the scenario's)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sglang-sim",
+        description="A simulated SGLang server: /metrics, status endpoints and scheduler logs "
+        "driven by a scheduler model replaying a scenario. No GPU, no model.")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="serve in real time (the default command)")
+    _common(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="listen host (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=30000, help="listen port (default 30000)")
+    serve.add_argument("--speed", type=float, default=1.0,
+                       help="simulated seconds per wall second (default 1)")
+    serve.add_argument("--metrics-escaping", choices=["negotiate", "colon"], default="negotiate",
+                       help="negotiate: as prometheus_client >= 0.23 (sglang_ names for an "
+                       "OpenMetrics scraper without allow-utf-8); colon: always sglang: names")
+    serve.add_argument("--log-file", type=Path,
+                       help="also append scheduler log lines to this file")
+    serve.add_argument("--no-stdout-log", action="store_true",
+                       help="do not print scheduler log lines on stdout")
+    serve.add_argument("--gpu-feed", action="store_true",
+                       help="serve the scenario's simulated GPU readings at /sim/gpu (for the "
+                       "exporter's simulator-only NVML source)")
+    serve.add_argument("--once", action="store_true",
+                       help="stop after one pass through the scenario instead of looping")
+
+    rend = sub.add_parser("render", help="write the scenario's series, faster than real time")
+    _common(rend)
+    rend.add_argument("--out", type=Path, required=True, help="output folder")
+    rend.add_argument("--step", type=_duration, default=15.0,
+                      help="scrape interval of the rendered series (default 15s)")
+    rend.add_argument("--poll-interval", type=_duration, default=5.0,
+                      help="exporter poll interval in simulated time (default 5s)")
+    rend.add_argument("--start", type=float,
+                      help="unix time of the first sample (default: so the last one is now)")
+    rend.add_argument("--instance", default="sglang:30000",
+                      help="instance label of the simulated server (default sglang:30000)")
+    rend.add_argument("--format", default="openmetrics,promtool",
+                      help="comma list of openmetrics, promtool, log (default "
+                      "openmetrics,promtool)")
+
+    sub.add_parser("list", help="list the shipped scenarios")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv.insert(0, "serve")  # `sglang-sim --scenario X` serves
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for name in scenarios.available():
+            sc = scenarios.load(name)
+            print(f"{name:32} {sc.description.strip().splitlines()[0][:90]}")
+        return 0
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="ts=%(asctime)s level=%(levelname)s msg=%(message)s",
+                        stream=sys.stderr)
+    try:
+        sc = scenarios.load(args.scenario)
+    except scenarios.ScenarioError as err:
+        parser.error(str(err))
+    if args.command == "render":
+        return _render(args, sc, parser)
+    return _serve(args, sc, parser)
+
+
+def _serve(args, sc, parser) -> int:
+    streams = [] if args.no_stdout_log else [sys.stdout]
+    log_file = None
+    if args.log_file:
+        try:
+            log_file = args.log_file.open("a")
+        except OSError as err:
+            parser.error(f"--log-file: {err}")
+        streams.append(log_file)
+    release = args.release or sc.release
+    sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, streams)
+    sim = Simulation(sc, release, start_ts=time.time(), on_event=sink, loop=not args.once)
+    server = SimServer(sim, args.host, args.port, speed=args.speed,
+                       metrics_escaping=args.metrics_escaping, gpu_feed=args.gpu_feed)
+    try:
+        server.start()
+    except OSError as err:
+        log.error("cannot listen on %s:%s: %s", args.host, args.port, err)
+        return 1
+    log.info("serving scenario %s as SGLang %s on http://%s:%s", sc.name, sim.profile.release,
+             args.host, server.port)
+    try:
+        while not args.once or sim.t < sc.duration:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        if log_file:
+            log_file.close()
+    return 0
+
+
+def _render(args, sc, parser) -> int:
+    formats = {f.strip() for f in args.format.split(",") if f.strip()}
+    unknown = formats - {"openmetrics", "promtool", "log"}
+    if unknown or not formats:
+        parser.error(f"--format: unknown {', '.join(sorted(unknown)) or '(empty)'}")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: {err}")
+    start = args.start
+    if start is None:  # end at the last full step before now, so a backfill is in retention
+        start = (time.time() // args.step) * args.step - sc.duration
+    lines: list[str] = []
+    sink = None
+    if "log" in formats:
+        release = args.release or sc.release
+        sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, [])
+        sink.streams = [_ListStream(lines)]
+    rendered = render(sc, args.release, start=start, step=args.step,
+                      poll_interval=args.poll_interval, instance=args.instance, on_event=sink)
+    written = []
+    if "openmetrics" in formats:
+        path = args.out / f"{sc.name}.om.txt"
+        write_openmetrics(rendered, path)
+        written.append(path)
+    if "promtool" in formats:
+        path = args.out / f"{sc.name}.promtool.yml"
+        write_promtool_series(rendered, path)
+        written.append(path)
+    if "log" in formats:
+        path = args.out / f"{sc.name}.log"
+        path.write_text("".join(lines))
+        written.append(path)
+    print(f"{sc.name}: {len(rendered.series)} series x {rendered.steps} steps of "
+          f"{args.step:g}s from {start:.0f}")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
+class _ListStream:
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+
+    def write(self, text: str) -> None:
+        self.lines.append(text)
+
+    def flush(self) -> None:
+        pass

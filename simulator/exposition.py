@@ -1,0 +1,324 @@
+"""SGLang's /metrics for a simulated server, as the chosen release exposes it.
+
+Families are built with prometheus_client, as SGLang builds them, so the exposition (counter
+`_total`, histogram bucket rendering, and the OpenMetrics underscore escaping of
+prometheus_client >= 0.23) is the library's own. Names, label sets, "since" releases and lazy
+appearance follow the SGLang reference (§1, §3, §5, §7).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from simulator.model import Histogram, Scheduler, Server
+from simulator.profiles import Profile
+
+P = "sglang:"
+
+
+@dataclass(frozen=True)
+class GaugeSpec:
+    name: str
+    help: str
+    since: str
+    value: Callable[[Scheduler], float]
+    until: str | None = None  # first release without it
+    pid: bool = False  # no multiprocess mode: one series per process, label pid
+
+
+def _r(attr):
+    return lambda s: float(getattr(s.reported, attr))
+
+
+ZERO = lambda s: 0.0  # noqa: E731 - features the model does not simulate (PD, LoRA, SWA, ...)
+
+GAUGES = (
+    GaugeSpec("num_running_reqs", "The number of running requests.", "0.3.6", _r("running")),
+    GaugeSpec("num_used_tokens", "The number of used tokens.", "0.3.6", _r("used_tokens")),
+    GaugeSpec("token_usage", "The token usage.", "0.3.6", _r("token_usage")),
+    GaugeSpec("full_token_usage", "The token usage of the full-attention pool.", "0.5.10",
+              _r("token_usage")),
+    GaugeSpec("swa_token_usage", "The token usage for SWA layers.", "0.5.2", ZERO),
+    GaugeSpec("mamba_usage", "The token usage for Mamba layers.", "0.5.5", ZERO),
+    GaugeSpec("kv_available_tokens", "KV tokens free and not evictable.", "0.5.12",
+              lambda s: float(s.cfg.max_total_num_tokens - s.reported.used_tokens -
+                              s.reported.evictable_tokens)),
+    GaugeSpec("kv_evictable_tokens", "KV tokens held by the radix cache, evictable.", "0.5.12",
+              _r("evictable_tokens")),
+    GaugeSpec("kv_used_tokens", "KV tokens in use.", "0.5.12", _r("used_tokens")),
+    GaugeSpec("gen_throughput", "The generation throughput (token/s).", "0.3.6",
+              _r("gen_throughput")),
+    GaugeSpec("num_queue_reqs", "The number of requests in the waiting queue.", "0.3.6",
+              _r("queue")),
+    GaugeSpec("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.",
+              "0.4.6.post5", ZERO),
+    GaugeSpec("num_running_reqs_offline_batch", "Running low-priority offline requests.",
+              "0.5.2", ZERO, until="0.5.12"),
+    GaugeSpec("cache_hit_rate", "The prefix cache hit rate.", "0.3.6", _r("cache_hit_rate")),
+    GaugeSpec("decode_sum_seq_lens", "The sum of all sequence lengths in decode.", "0.5.7",
+              _r("decode_sum_seq_lens")),
+    GaugeSpec("new_token_ratio", "The reserve ratio for future decode tokens.", "0.5.6",
+              _r("new_token_ratio")),
+    GaugeSpec("spec_accept_length", "The average acceptance length of speculative decoding.",
+              "0.4.3.post4", _r("spec_accept_length")),
+    GaugeSpec("spec_accept_rate", "The acceptance rate of speculative decoding.", "0.5.4",
+              lambda s: (s.reported.spec_accept_length - 1) / 3
+              if s.reported.spec_accept_length else 0.0),
+    GaugeSpec("avg_request_queue_latency", "The average request queue latency (s).",
+              "0.4.6.post5", _r("avg_queue_latency"), until="0.5.2"),
+    GaugeSpec("num_prefill_prealloc_queue_reqs", "Prefill requests in the prealloc queue.",
+              "0.4.6.post5", ZERO, until="0.5.12"),
+    GaugeSpec("num_prefill_bootstrap_queue_reqs", "Prefill requests in the bootstrap queue.",
+              "0.5.12", ZERO),
+    GaugeSpec("num_prefill_infight_queue_reqs", "Prefill requests in flight.", "0.4.6.post5",
+              ZERO, until="0.5.2"),
+    GaugeSpec("num_prefill_inflight_queue_reqs", "Prefill requests in flight.", "0.5.2", ZERO),
+    GaugeSpec("num_decode_prealloc_queue_reqs", "Decode requests in the prealloc queue.",
+              "0.4.6.post5", ZERO),
+    GaugeSpec("num_decode_transfer_queue_reqs", "Decode requests in the transfer queue.",
+              "0.4.6.post5", ZERO),
+    GaugeSpec("pending_prealloc_token_usage", "Decode KV held for pending transfers.", "0.5.4",
+              ZERO),
+    GaugeSpec("utilization", "Always 0 in this release; do not use.", "0.5.2", ZERO),
+    GaugeSpec("is_cuda_graph", "Whether the last batch ran a CUDA graph.", "0.5.4",
+              lambda s: 1.0 if s.running else 0.0),
+    GaugeSpec("num_retracted_reqs", "Requests retracted since the previous report.", "0.5.2",
+              _r("retracted_since_last"), pid=True),
+    GaugeSpec("num_paused_reqs", "Requests paused by async weight sync.", "0.5.2", ZERO,
+              pid=True),
+)
+
+
+@dataclass(frozen=True)
+class ConstantSpec:
+    name: str
+    help: str
+    since: str
+    value: Callable[[Server], float]
+
+
+CONSTANTS = (
+    ConstantSpec("max_total_num_tokens", "Maximum total number of tokens in the KV pool.",
+                 "0.5.6", lambda srv: float(srv.cfg.max_total_num_tokens)),
+    ConstantSpec("page_size", "KV cache page size in tokens.", "0.5.12",
+                 lambda srv: float(srv.cfg.page_size)),
+    ConstantSpec("num_pages", "Number of KV cache pages.", "0.5.12",
+                 lambda srv: float(srv.cfg.max_total_num_tokens // srv.cfg.page_size)),
+    ConstantSpec("context_len", "The context length of the model.", "0.5.12",
+                 lambda srv: float(srv.cfg.context_length)),
+    ConstantSpec("startup_available_gpu_memory_gb", "Available GPU memory at startup (GB).",
+                 "0.5.12", lambda srv: round(srv.cfg.gpu_memory_total_gb *
+                                             (1 - srv.cfg.mem_fraction_static) + 0.8, 2)),
+    ConstantSpec("weight_memory_usage_gb", "Model weight memory (GB).", "0.5.17",
+                 lambda srv: srv.cfg.weight_memory_gb),
+    ConstantSpec("kv_cache_memory_usage_gb", "KV cache memory (GB).", "0.5.17",
+                 lambda srv: srv.cfg.kv_cache_memory_gb),
+)
+
+
+class SimCollector:
+    """Yields the simulated server's families; nothing while the server is down."""
+
+    def __init__(self, server_fn: Callable[[], Server], profile: Profile, pid: int | None = None):
+        self._server_fn = server_fn
+        self.profile = profile
+        self._pid = str(pid or os.getpid())
+
+    def describe(self):
+        return []
+
+    def collect(self) -> Iterator:
+        server = self._server_fn()
+        if not server.up:
+            return
+        yield from self._scheduler_families(server)
+        yield from self._tokenizer_families(server)
+
+    # -- labels ----------------------------------------------------------------------------
+    def _rank_labels(self, server: Server, dp_rank: int | None, tp_local: int) -> dict:
+        cfg, p = server.cfg, self.profile
+        dp = cfg.dp_size > 1
+        per_dp = max(cfg.tp_size // cfg.dp_size, 1) if cfg.enable_dp_attention else cfg.tp_size
+        tp_rank = (dp_rank or 0) * per_dp + tp_local if cfg.enable_dp_attention else tp_local
+        values = {"model_name": cfg.model_name, "engine_type": "unified",
+                  "tp_rank": str(tp_rank), "pp_rank": "0", "moe_ep_rank": "0",
+                  "dp_rank": str(dp_rank or 0)}
+        return {k: values[k] for k in p.scheduler_label_names(dp)}
+
+    def _ranks_per_dp(self, server: Server) -> int:
+        cfg = server.cfg
+        return max(cfg.tp_size // cfg.dp_size, 1) if cfg.enable_dp_attention else cfg.tp_size
+
+    # -- scheduler side --------------------------------------------------------------------
+    def _scheduler_families(self, server: Server):
+        p = self.profile
+        reporting = [(s, self._rank_labels(server, s.dp_rank, 0)) for s in server.schedulers]
+        for spec in GAUGES:
+            if not p.at_least(spec.since) or (spec.until and p.at_least(spec.until)):
+                continue
+            labels = list(reporting[0][1]) + (["pid"] if spec.pid else [])
+            family = GaugeMetricFamily(P + spec.name, spec.help, labels=labels)
+            for sched, lab in reporting:
+                if sched.has_reported:  # lazy: no samples before the first stats report
+                    family.add_metric([*lab.values(), *([self._pid] if spec.pid else [])],
+                                      spec.value(sched))
+            if family.samples:
+                yield family
+        # Startup constants: emitted by every scheduler rank, from the start.
+        every_rank = [self._rank_labels(server, s.dp_rank, r) for s in server.schedulers
+                      for r in range(self._ranks_per_dp(server))]
+        for spec in CONSTANTS:
+            if p.at_least(spec.since):
+                family = GaugeMetricFamily(P + spec.name, spec.help, labels=list(every_rank[0]))
+                for lab in every_rank:
+                    family.add_metric(list(lab.values()), spec.value(server))
+                yield family
+        if p.at_least("0.5.7"):
+            family = CounterMetricFamily(P + "realtime_tokens", "Tokens processed, by mode.",
+                                         labels=[*reporting[0][1], "mode"])
+            for sched, lab in reporting:
+                c = sched.counters
+                for mode, key in (("prefill_compute", "realtime_prefill_compute"),
+                                  ("prefill_cache", "realtime_prefill_cache"),
+                                  ("decode", "realtime_decode")):
+                    family.add_metric([*lab.values(), mode], c[key])
+            yield family
+            if any(s.retracted_ever for s in server.schedulers):  # lazy, from the first one
+                for name, key, help_ in (
+                    ("num_retracted_requests", "retracted_requests", "Retracted requests."),
+                    ("num_retracted_input_tokens", "retracted_input_tokens",
+                     "Input tokens of retracted requests."),
+                    ("num_retracted_output_tokens", "retracted_output_tokens",
+                     "Output tokens of retracted requests."),
+                ):
+                    family = CounterMetricFamily(P + name, help_, labels=list(reporting[0][1]))
+                    for sched, lab in reporting:
+                        family.add_metric(list(lab.values()), sched.counters[key])
+                    yield family
+        if p.at_least("0.5.20"):  # pre-seeded on every rank
+            eff = CounterMetricFamily(P + "prefill_effective_tokens", "Prefill tokens by source.",
+                                      labels=[*every_rank[0], "mode"])
+            idle = CounterMetricFamily(P + "scheduler_idle_seconds", "Scheduler idle time.",
+                                       labels=list(every_rank[0]))
+            for sched in server.schedulers:
+                for r in range(self._ranks_per_dp(server)):
+                    lab = list(self._rank_labels(server, sched.dp_rank, r).values())
+                    c = sched.counters
+                    for mode, value in (("input", c["prefill_input"]),
+                                        ("device_hit", c["prefill_device_hit"]),
+                                        ("host_hit", 0.0), ("storage_hit", 0.0)):
+                        eff.add_metric([*lab, mode], value)
+                    idle.add_metric(lab, c["idle_seconds"])
+            yield eff
+            yield idle
+        if p.at_least("0.5.3"):
+            family = HistogramMetricFamily(P + "queue_time_seconds",
+                                           "Time spent in the waiting queue.",
+                                           labels=list(reporting[0][1]))
+            stage = HistogramMetricFamily(P + "per_stage_req_latency_seconds",
+                                          "Per-stage request latency.",
+                                          labels=[*reporting[0][1], "stage"])
+            for sched, lab in reporting:
+                if sched.queue_time.count:
+                    _add_histogram(family, list(lab.values()), sched.queue_time)
+                for stage_name, hist in sched.per_stage.items():
+                    if hist.count:
+                        _add_histogram(stage, [*lab.values(), stage_name], hist)
+            if family.samples:
+                yield family
+            if stage.samples:
+                yield stage
+
+    # -- tokenizer side ----------------------------------------------------------------------
+    def _tokenizer_families(self, server: Server):
+        p, tk, cfg = self.profile, server.tokenizer, server.cfg
+        if not tk.touched:
+            return
+        base_names = list(p.tokenizer_label_names())
+        base = {"model_name": cfg.model_name, "engine_type": "unified"}
+        base_values = [base[n] for n in base_names]
+        split = p.streaming_label
+
+        def streaming_variants(values: dict[bool, float]):
+            if split:
+                return [(["true" if s else "false"], v) for s, v in sorted(values.items())]
+            return [([], sum(values.values()))]
+
+        s_labels = ["is_streaming"] if split else []
+        for name, values, help_ in (
+            ("prompt_tokens", tk.prompt_tokens, "Number of prefill tokens processed."),
+            ("generation_tokens", tk.generation_tokens, "Number of generation tokens processed."),
+            ("num_requests", tk.requests, "Number of requests processed."),
+        ):
+            if name == "num_requests" and not p.at_least("0.4.3.post4"):
+                continue
+            family = CounterMetricFamily(P + name, help_, labels=base_names + s_labels)
+            for extra, value in streaming_variants(values):
+                family.add_metric(base_values + extra, value)
+            yield family
+        cached = CounterMetricFamily(
+            P + "cached_tokens", "Number of cached prompt tokens.",
+            labels=base_names + (["cache_source"] if p.cache_source_label else []))
+        cached.add_metric(base_values + (["device"] if p.cache_source_label else []),
+                          tk.cached_tokens)
+        yield cached
+        if p.at_least("0.4.7"):
+            aborted = CounterMetricFamily(P + "num_aborted_requests", "Aborted requests.",
+                                          labels=base_names)
+            aborted.add_metric(base_values, tk.aborted)
+            yield aborted
+        histograms = [
+            ("time_to_first_token_seconds", "ttft", "Time to first token.", split, "0.3.6"),
+            ("inter_token_latency_seconds", "itl", "Inter-token latency.", False, "0.4.3.post4"),
+            ("e2e_request_latency_seconds", "e2e", "End-to-end request latency.", split,
+             "0.3.6"),
+            ("request_time_per_output_token_seconds", "request_tpot",
+             "Per-request time per output token.", split, "0.5.23"),
+            ("prompt_tokens_histogram", "prompt_tokens", "Prompt tokens per request.", False,
+             "0.5.12"),
+            ("generation_tokens_histogram", "generation_tokens", "Generated tokens per request.",
+             False, "0.5.12"),
+            ("uncached_prompt_tokens_histogram", "uncached_prompt_tokens",
+             "Uncached prompt tokens per request.", False, "0.5.12"),
+        ]
+        for name, key, help_, by_stream, since in histograms:
+            if not p.at_least(since):
+                continue
+            family = HistogramMetricFamily(P + name, help_,
+                                           labels=base_names + (s_labels if by_stream else []))
+            for streaming in (False, True):
+                parts = [h for (k, s), h in tk.histograms.items()
+                         if k == key and (s == streaming or not by_stream)]
+                if not by_stream and streaming:
+                    break
+                merged = _merge(parts)
+                if merged is None:
+                    continue
+                extra = ["true" if streaming else "false"] if by_stream else []
+                _add_histogram(family, base_values + extra, merged)
+            if family.samples:
+                yield family
+
+
+def _merge(histograms: list[Histogram]) -> Histogram | None:
+    histograms = [h for h in histograms if h.count]
+    if not histograms:
+        return None
+    out = Histogram(histograms[0].bounds)
+    for h in histograms:
+        out.counts = [a + b for a, b in zip(out.counts, h.counts, strict=True)]
+        out.sum += h.sum
+        out.count += h.count
+    return out
+
+
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histogram) -> None:
+    buckets = [("+Inf" if math.isinf(b) else floatToGoString(b), c)
+               for b, c in hist.cumulative()]
+    family.add_metric(labels, buckets, hist.sum)

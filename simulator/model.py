@@ -1,0 +1,575 @@
+"""A scheduler model of one SGLang server: continuous batching with chunked prefill.
+
+Not a random number generator: requests arrive, wait, are prefilled in chunks under the token
+budgets, decode in a batch whose step time grows with batch size and KV tokens, and are retracted
+when the KV pool runs out. Stats are *reported* on SGLang's cadence (every prefill batch, every
+`decode_log_interval` decode iterations, an idle refresh every 30 s), so gauges lag the way real
+ones do. docs/simulator.md describes the model and every parameter.
+
+The model is deterministic for a given arrival list. Time is simulated seconds since start.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from simulator.events import DecodeBatch, PrefillBatch, Ready, Retraction, StartupCapacity
+
+IDLE_REFRESH_SECONDS = 30.0
+CLIP_MAX_NEW_TOKENS = 4096  # SGLang caps the per-request decode reservation at this
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The effective configuration of the simulated server (what /server_info reports)."""
+
+    model_name: str = "qwen3-27b"
+    model_path: str = "Qwen/Qwen3-27B"
+    tp_size: int = 4
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    max_total_num_tokens: int = 400_000  # KV pool of one DP rank
+    context_length: int = 262_144
+    chunked_prefill_size: int = 4096
+    max_prefill_tokens: int = 16_384
+    max_running_requests: int = 44  # per DP rank
+    schedule_policy: str = "fcfs"  # fcfs | lpm
+    kv_cache_dtype: str = "fp8_e4m3"
+    speculative_algorithm: str | None = None
+    spec_accept_length: float = 1.0  # tokens per decode step per request (1: no speculation)
+    enable_mixed_chunk: bool = False
+    num_continuous_decode_steps: int = 1
+    decode_log_interval: int = 40
+    page_size: int = 1
+    gpu_name: str = "NVIDIA L20"
+    gpu_memory_total_gb: float = 46.0
+    mem_fraction_static: float = 0.8
+    weight_memory_gb: float = 14.0  # per GPU
+    kv_cache_memory_gb: float = 18.5  # per GPU
+
+    @property
+    def effective_mixed_chunk(self) -> bool:
+        # Speculative decoding silently turns mixed chunked prefill off (seed 000).
+        return self.enable_mixed_chunk and not self.speculative_algorithm
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """Forward-pass timings. Decode is memory-bandwidth bound: weights once per step plus the KV
+    of every running token; prefill is compute bound: per new token plus attention over the
+    context it sits in."""
+
+    prefill_overhead_s: float = 0.030
+    prefill_s_per_token: float = 1.4e-4
+    prefill_s_per_token_context: float = 1.5e-9  # x new tokens x context position
+    prefill_small_batch_tokens: float = 1024.0  # small batches use the GPU less efficiently
+    # Decode rounds are interleaved after this many consecutive prefill batches while requests
+    # are running (large values: decode starves behind a long chunked prefill).
+    prefill_batches_before_decode: int = 1
+    decode_overhead_s: float = 0.025
+    decode_s_per_request: float = 8.0e-4
+    decode_s_per_kv_token: float = 3.0e-8
+
+
+@dataclass
+class Request:
+    rid: int
+    arrival: float
+    input_len: int
+    cached_fraction: float
+    output_len: int
+    max_new_tokens: int = 8192
+    streaming: bool = True
+    # progress
+    cached_len: int = 0  # prefix hit, fixed when first scheduled
+    prefilled: int = 0  # prompt tokens in KV (cached + computed)
+    generated: float = 0.0
+    scheduled_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    retracted: int = 0
+
+    @property
+    def prompt_len(self) -> int:  # after a retraction the generated tokens are prefilled again
+        return self.input_len + (int(self.generated) if self.retracted else 0)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + int(self.generated)
+
+    def reserve(self, ratio: float) -> float:
+        remaining = max(min(self.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.generated, 0)
+        return remaining * ratio
+
+
+class Histogram:
+    """Cumulative-on-render histogram with SGLang's buckets; `observe(value, weight)`."""
+
+    def __init__(self, bounds):
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0.0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0.0
+
+    def observe(self, value: float, weight: float = 1.0, total: float | None = None) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += weight
+        self.sum += value * weight if total is None else total
+        self.count += weight
+
+    def cumulative(self) -> list[tuple[float, float]]:
+        out, running = [], 0.0
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            running += count
+            out.append((bound, running))
+        return out
+
+
+@dataclass
+class TokenizerStats:
+    """Per-request metrics of the tokenizer process (no rank labels), split by is_streaming."""
+
+    make_histogram: Callable[[str], Histogram]
+    prompt_tokens: dict[bool, float] = field(default_factory=dict)
+    generation_tokens: dict[bool, float] = field(default_factory=dict)
+    requests: dict[bool, float] = field(default_factory=dict)
+    cached_tokens: float = 0.0
+    aborted: float = 0.0
+    histograms: dict[tuple[str, bool], Histogram] = field(default_factory=dict)
+    touched: bool = False  # lazy families: nothing exposed before the first request
+
+    def histogram(self, name: str, streaming: bool = False) -> Histogram:
+        key = (name, streaming)
+        if key not in self.histograms:
+            self.histograms[key] = self.make_histogram(name)
+        return self.histograms[key]
+
+    def first_token(self, req: Request, now: float) -> None:
+        self.touched = True
+        self.histogram("ttft", req.streaming).observe(now - req.arrival)
+
+    def finished(self, req: Request, now: float) -> None:
+        self.touched = True
+        s = req.streaming
+        out = int(req.generated)
+        self.prompt_tokens[s] = self.prompt_tokens.get(s, 0) + req.input_len
+        self.generation_tokens[s] = self.generation_tokens.get(s, 0) + out
+        self.requests[s] = self.requests.get(s, 0) + 1
+        self.cached_tokens += req.cached_len
+        self.histogram("e2e", s).observe(now - req.arrival)
+        self.histogram("prompt_tokens", s).observe(req.input_len)
+        self.histogram("generation_tokens", s).observe(out)
+        self.histogram("uncached_prompt_tokens", s).observe(req.input_len - req.cached_len)
+        if out > 1 and req.first_token_at is not None:
+            self.histogram("request_tpot", s).observe((now - req.first_token_at) / (out - 1))
+
+
+@dataclass
+class Reported:
+    """Gauge values as last reported by the scheduler (what /metrics shows between reports)."""
+
+    running: int = 0
+    queue: int = 0
+    used_tokens: int = 0
+    evictable_tokens: int = 0
+    token_usage: float = 0.0
+    gen_throughput: float = 0.0
+    cache_hit_rate: float = 0.0
+    spec_accept_length: float = 0.0
+    new_token_ratio: float = INIT_NEW_TOKEN_RATIO
+    retracted_since_last: int = 0
+    decode_sum_seq_lens: int = 0
+    avg_queue_latency: float = 0.0
+
+
+class Scheduler:
+    """One DP rank's scheduler: waiting queue, at most one chunked request, running batch."""
+
+    def __init__(self, cfg: ServerConfig, perf: PerfModel, dp_rank: int | None,
+                 tokenizer: TokenizerStats, make_histogram: Callable[[str], Histogram],
+                 zero_cache_hit_on_decode: bool, emit: Callable[[object], None],
+                 warm_cache_tokens: int = 0):
+        self.cfg, self.perf, self.dp_rank = cfg, perf, dp_rank
+        self.tokenizer = tokenizer
+        self.emit = emit
+        self.zero_cache_hit_on_decode = zero_cache_hit_on_decode
+        self.now = 0.0
+        self.speed = 1.0  # < 1 while the GPU is throttled
+        self.waiting: list[Request] = []
+        self.chunked: Request | None = None
+        self.running: list[Request] = []
+        # Radix-cache tokens of finished requests: free on demand, reused on a prefix hit.
+        self.evictable = min(warm_cache_tokens, cfg.max_total_num_tokens)
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.reported = Reported()
+        self.has_reported = False  # scheduler gauges are lazy: absent before the first report
+        self.last_report_at = 0.0
+        self.decode_iters_since_report = 0
+        self.decode_tokens_since_report = 0.0
+        self.last_decode_report_at = 0.0
+        self.retracted_since_report = 0
+        self.busy_seconds = 0.0  # forward-pass time, for GPU utilisation
+        self.prefills_in_a_row = 0
+        self.queue_latency = Histogram(())  # only sum/count used (0.4.x average gauge)
+        self.queue_time = make_histogram("queue_time")
+        self.per_stage = {s: make_histogram("per_stage") for s in ("prefill_forward",
+                                                                     "chunked_prefill")}
+        self.counters = {
+            "realtime_prefill_compute": 0.0, "realtime_prefill_cache": 0.0,
+            "realtime_decode": 0.0, "retracted_requests": 0.0, "retracted_input_tokens": 0.0,
+            "retracted_output_tokens": 0.0, "idle_seconds": 0.0, "prefill_input": 0.0,
+            "prefill_device_hit": 0.0,
+        }
+        self.retracted_ever = False
+
+    # -- pool -----------------------------------------------------------------------------
+    @property
+    def used_tokens(self) -> int:
+        held = sum(r.kv_tokens for r in self.running)
+        return held + (self.chunked.kv_tokens if self.chunked else 0)
+
+    @property
+    def free_tokens(self) -> int:
+        return self.cfg.max_total_num_tokens - self.used_tokens  # evictable counts as free
+
+    @property
+    def pending_tokens(self) -> int:
+        """Prompt tokens not yet prefilled: waiting requests plus the chunked remainder."""
+        pending = sum(r.prompt_len - r.prefilled for r in self.waiting)
+        return pending + (self.chunked.prompt_len - self.chunked.prefilled if self.chunked else 0)
+
+    @property
+    def waiting_uncached_tokens(self) -> int:
+        return self.pending_tokens
+
+    def _allocate(self, tokens: int) -> None:
+        """Take tokens from the free pool, evicting radix-cache tokens when needed."""
+        free_unevictable = self.cfg.max_total_num_tokens - self.used_tokens - self.evictable
+        if tokens > free_unevictable:
+            self.evictable = max(self.evictable - (tokens - free_unevictable), 0)
+
+    # -- main loop ------------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.chunked or self.running)
+
+    def step(self, until: float) -> None:
+        """Run one scheduler iteration, or idle until `until` when there is nothing to do."""
+        if self.now - self.last_report_at >= IDLE_REFRESH_SECONDS and not self.running:
+            self._report(idle=True)
+        starving = (self.running and self.prefills_in_a_row >=
+                    self.perf.prefill_batches_before_decode)
+        batch = None if starving else self._form_prefill_batch()
+        if batch is not None:
+            self.prefills_in_a_row += 1
+            self._run_prefill(batch)
+        elif self.running:
+            self.prefills_in_a_row = 0
+            for _ in range(self.cfg.num_continuous_decode_steps):
+                if self.running:
+                    self._run_decode()
+        else:
+            idle_until = min(until, self.last_report_at + IDLE_REFRESH_SECONDS)
+            idle_until = max(idle_until, self.now)
+            self.counters["idle_seconds"] += idle_until - self.now
+            self.now = idle_until if idle_until > self.now else until
+
+    def _pick(self) -> Request:
+        if self.cfg.schedule_policy == "lpm":  # longest cached prefix first
+            return max(self.waiting, key=lambda r: r.input_len * r.cached_fraction)
+        return self.waiting[0]
+
+    def _form_prefill_batch(self):
+        cfg = self.cfg
+        chunk_budget = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else math.inf
+        input_budget = cfg.max_prefill_tokens
+        parts: list[tuple[Request, int, int]] = []  # (request, new tokens, newly cached tokens)
+        if self.chunked is not None:
+            req = self.chunked
+            take = int(min(req.prompt_len - req.prefilled, chunk_budget))
+            parts.append((req, take, 0))
+            chunk_budget -= take
+            input_budget -= take
+        # KV check as SGLang's prefill adder does it: free (incl. evictable) tokens minus the
+        # decode reservation of every admitted request, minus the chunked request's remainder.
+        holders = self.running + ([self.chunked] if self.chunked else [])
+        reserved = sum(r.reserve(self.new_token_ratio) for r in holders)
+        chunk_rest = self.chunked.prompt_len - self.chunked.prefilled if self.chunked else 0
+        room = self.free_tokens - reserved - chunk_rest
+        admitted = len(self.running) + (1 if self.chunked else 0)
+        cache_left = self.evictable  # prefixes found in the radix cache are reused from it
+        while self.waiting and admitted < cfg.max_running_requests and chunk_budget > 0:
+            req = self._pick()
+            if req.scheduled_at is not None:
+                cached = req.cached_len
+            else:  # a prefix hit needs the prefix to still be in the cache
+                cached = min(int(req.input_len * req.cached_fraction), cache_left)
+            uncached = req.prompt_len - max(req.prefilled, cached)
+            # The reused prefix is locked out of the evictable pool, so it needs room too.
+            need = req.prompt_len - req.prefilled + req.reserve(self.new_token_ratio)
+            if need > room:  # not enough KV for its prompt plus its decode reservation
+                break
+            if uncached > input_budget and parts:
+                break
+            take = int(min(uncached, chunk_budget))
+            if take <= 0 and uncached > 0:
+                break
+            self.waiting.remove(req)
+            if req.scheduled_at is None:
+                req.scheduled_at = self.now
+                req.cached_len = cached
+                self.queue_time.observe(self.now - req.arrival)
+                self.queue_latency.observe(self.now - req.arrival)
+            newly_cached = max(cached - req.prefilled, 0)
+            cache_left -= newly_cached
+            req.prefilled = max(req.prefilled, cached)
+            parts.append((req, take, newly_cached))
+            admitted += 1
+            room -= need
+            chunk_budget -= take
+            input_budget -= take
+            if req.prefilled + take < req.prompt_len:
+                break  # this request is now the chunked one; the batch is full
+        if not parts:
+            return None
+        return parts
+
+    def _run_prefill(self, parts) -> None:
+        perf = self.perf
+        new_tokens = sum(take for _, take, _ in parts)
+        cached_tokens = sum(newly for _, _, newly in parts)
+        # Per-token cost falls with batch size (better utilisation); attention grows with
+        # the context each new token sits in.
+        per_token = perf.prefill_s_per_token * (1 + perf.prefill_small_batch_tokens /
+                                                max(new_tokens, 1))
+        seconds = perf.prefill_overhead_s + sum(
+            take * (per_token + perf.prefill_s_per_token_context * (req.prefilled + take / 2))
+            for req, take, _ in parts)
+        seconds /= self.speed
+        # Reused prefixes move from the evictable cache into the running requests.
+        self.evictable = max(self.evictable - cached_tokens, 0)
+        for _req, take, _ in parts:
+            self._allocate(take)
+        self.now += seconds
+        self.busy_seconds += seconds
+        self.chunked = None
+        for req, take, _ in parts:
+            req.prefilled += take
+            if req.prefilled < req.prompt_len:
+                self.chunked = req
+                self.per_stage["chunked_prefill"].observe(seconds)
+                continue
+            self.per_stage["prefill_forward"].observe(self.now - (req.scheduled_at or self.now))
+            if req.first_token_at is None:  # the prefill produces the first output token
+                req.first_token_at = self.now
+                self.tokenizer.first_token(req, self.now)
+                req.generated = max(req.generated, 1.0)
+            req.last_token_at = self.now
+            self.running.append(req)
+        self.counters["realtime_prefill_compute"] += new_tokens
+        self.counters["realtime_prefill_cache"] += cached_tokens
+        self.counters["prefill_input"] += new_tokens
+        self.counters["prefill_device_hit"] += cached_tokens
+        hit = cached_tokens / (cached_tokens + new_tokens) if cached_tokens + new_tokens else 0.0
+        self.reported.cache_hit_rate = hit
+        self._report()
+        self.emit(PrefillBatch(
+            ts=self.now, dp_rank=self.dp_rank, new_seq=len(parts), new_token=new_tokens,
+            cached_token=cached_tokens, token_usage=self.reported.token_usage,
+            running_req=len(self.running), queue_req=len(self.waiting),
+            pending_token=self.pending_tokens,
+            input_throughput=new_tokens / seconds if seconds > 0 else 0.0))
+        self._finish_done()
+
+    def _run_decode(self) -> None:
+        perf, cfg = self.perf, self.cfg
+        batch = len(self.running)
+        tokens_per_req = cfg.spec_accept_length
+        needed = math.ceil(batch * tokens_per_req)
+        if needed > self.free_tokens:
+            self._retract(needed)
+            if not self.running:
+                return
+            batch = len(self.running)
+        kv = self.used_tokens
+        seconds = (perf.decode_overhead_s + perf.decode_s_per_request * batch +
+                   perf.decode_s_per_kv_token * kv) / self.speed
+        self._allocate(math.ceil(batch * tokens_per_req))
+        self.now += seconds
+        self.busy_seconds += seconds
+        itl = self.tokenizer.histogram("itl")
+        for req in self.running:
+            before = int(req.generated)
+            req.generated = min(req.generated + tokens_per_req, req.output_len)
+            produced = int(req.generated) - before
+            if produced > 0:
+                interval = self.now - (req.last_token_at or self.now)
+                # Token-weighted, like SGLang: count += n tokens, sum += the chunk's interval.
+                itl.observe(interval / produced, weight=produced, total=interval)
+                req.last_token_at = self.now
+        produced_total = batch * tokens_per_req
+        self.counters["realtime_decode"] += produced_total
+        self.decode_tokens_since_report += produced_total
+        self.decode_iters_since_report += 1
+        self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY,
+                                   MIN_NEW_TOKEN_RATIO)
+        if self.decode_iters_since_report >= cfg.decode_log_interval:
+            elapsed = self.now - self.last_decode_report_at
+            self.reported.gen_throughput = (self.decode_tokens_since_report / elapsed
+                                            if elapsed > 0 else 0.0)
+            if self.zero_cache_hit_on_decode:
+                self.reported.cache_hit_rate = 0.0
+            self._report()
+            self.emit(DecodeBatch(
+                ts=self.now, dp_rank=self.dp_rank, running_req=len(self.running),
+                num_token=self.used_tokens, token_usage=self.reported.token_usage,
+                gen_throughput=self.reported.gen_throughput, queue_req=len(self.waiting),
+                accept_len=cfg.spec_accept_length if cfg.speculative_algorithm else None,
+                accept_rate=(cfg.spec_accept_length - 1) / 3 if cfg.speculative_algorithm
+                else None))
+        self._finish_done()
+
+    def _retract(self, needed: int) -> None:
+        """KV pool full in decode: push requests back to the queue until the step fits."""
+        before = self.new_token_ratio
+        retracted = gained = 0
+        # SGLang retracts the requests with the least output and the longest input first.
+        order = sorted(self.running, key=lambda r: (r.generated, -r.input_len))
+        while order and needed > self.free_tokens:
+            req = order.pop(0)
+            self.running.remove(req)
+            gained += req.kv_tokens
+            self.counters["retracted_input_tokens"] += req.input_len
+            self.counters["retracted_output_tokens"] += int(req.generated)
+            req.retracted += 1
+            req.prefilled = 0
+            self.waiting.insert(0, req)
+            retracted += 1
+        self.evictable = min(self.evictable, self.free_tokens)
+        self.counters["retracted_requests"] += retracted
+        self.retracted_since_report += retracted
+        self.retracted_ever = True
+        self.new_token_ratio = min(1.0, self.new_token_ratio + 0.3)
+        self.emit(Retraction(ts=self.now, dp_rank=self.dp_rank, retracted_reqs=retracted,
+                             new_tokens_gained=gained, new_token_ratio_before=before,
+                             new_token_ratio_after=self.new_token_ratio))
+
+    def _finish_done(self) -> None:
+        still = []
+        for req in self.running:
+            if req.generated >= req.output_len:
+                self.tokenizer.finished(req, self.now)
+                # Its tokens stay in the radix cache for the next turn of the session.
+                self.evictable = min(self.evictable + req.kv_tokens,
+                                     self.free_tokens + req.kv_tokens)
+            else:
+                still.append(req)
+        self.running = still
+
+    def _report(self, idle: bool = False) -> None:
+        r = self.reported
+        r.running = len(self.running)
+        r.queue = len(self.waiting)
+        r.used_tokens = self.used_tokens
+        r.evictable_tokens = self.evictable
+        r.token_usage = round(self.used_tokens / self.cfg.max_total_num_tokens, 2)
+        r.new_token_ratio = self.new_token_ratio
+        r.retracted_since_last = self.retracted_since_report
+        r.decode_sum_seq_lens = sum(req.kv_tokens for req in self.running)
+        r.spec_accept_length = (self.cfg.spec_accept_length if self.cfg.speculative_algorithm
+                                else 0.0)
+        count = self.queue_latency.count
+        r.avg_queue_latency = self.queue_latency.sum / count if count else 0.0
+        if idle:
+            r.gen_throughput = 0.0
+        self.retracted_since_report = 0
+        if idle or self.decode_iters_since_report >= self.cfg.decode_log_interval:
+            self.decode_iters_since_report = 0
+            self.decode_tokens_since_report = 0.0
+            self.last_decode_report_at = self.now
+        self.last_report_at = self.now
+        self.has_reported = True
+
+
+class Server:
+    """All DP ranks of one server, the tokenizer's stats, and the up/down state."""
+
+    def __init__(self, cfg: ServerConfig, perf: PerfModel,
+                 make_histogram: Callable[[str], Histogram], zero_cache_hit_on_decode: bool,
+                 start_ts: float, emit: Callable[[object], None] = lambda e: None,
+                 warm_cache_ratio: float = 0.0):
+        self.cfg, self.perf = cfg, perf
+        self.start_ts = start_ts
+        self._make_histogram = make_histogram
+        self._zero = zero_cache_hit_on_decode
+        self._emit_ts = emit
+        self._warm_cache = int(cfg.max_total_num_tokens * warm_cache_ratio)
+        self.now = 0.0
+        self.up = True
+        self.restarts = 0
+        self.started_at = 0.0
+        self._dispatch = 0
+        self._boot()
+
+    def _emit(self, event) -> None:
+        # Events carry simulated seconds; the outside world sees Unix time.
+        self._emit_ts(type(event)(**{**event.__dict__, "ts": self.start_ts + event.ts}))
+
+    def _boot(self) -> None:
+        self.tokenizer = TokenizerStats(self._make_histogram)
+        ranks = range(self.cfg.dp_size) if self.cfg.dp_size > 1 else [None]
+        self.schedulers = [
+            Scheduler(self.cfg, self.perf, rank, self.tokenizer, self._make_histogram,
+                      self._zero, self._emit, self._warm_cache) for rank in ranks]
+        self._warm_cache = 0  # a restarted server starts with an empty cache
+        for s in self.schedulers:
+            s.now = s.last_report_at = s.last_decode_report_at = self.now
+        self.started_at = self.now
+        cfg = self.cfg
+        self._emit(StartupCapacity(
+            ts=self.now, max_total_num_tokens=cfg.max_total_num_tokens,
+            chunked_prefill_size=cfg.chunked_prefill_size,
+            max_prefill_tokens=cfg.max_prefill_tokens,
+            max_running_requests=cfg.max_running_requests, context_len=cfg.context_length,
+            available_gpu_mem_gb=round(cfg.gpu_memory_total_gb * (1 - cfg.mem_fraction_static)
+                                       + 0.8, 2)))
+        self._emit(Ready(ts=self.now))
+
+    def submit(self, req: Request) -> None:
+        if not self.up:
+            return  # connection refused: the client sees an error, nothing is queued
+        # The DP controller sends to the rank with the fewest requests (ties: round robin).
+        target = min(self.schedulers, key=lambda s: (len(s.waiting) + len(s.running) +
+                                                     (1 if s.chunked else 0)))
+        target.add(req)
+
+    def crash(self) -> None:
+        self.up = False
+        self.schedulers = []
+
+    def restart(self) -> None:
+        self.up = True
+        self.restarts += 1
+        self._boot()
+
+    def set_speed(self, factor: float) -> None:
+        for s in self.schedulers:
+            s.speed = factor
+
+    def advance(self, until: float) -> None:
+        """Run every DP rank up to `until` simulated seconds."""
+        for s in self.schedulers:
+            while s.now < until:
+                s.step(until)
+        self.now = until
+
+    # -- views for exposition and endpoints --------------------------------------------
+    def busy_seconds(self) -> float:
+        return sum(s.busy_seconds for s in self.schedulers)

@@ -1,0 +1,191 @@
+"""`sglang-sim render`: a scenario's Prometheus series, faster than real time.
+
+The simulation advances in simulated time. At every poll interval the real exporter code
+(exporter.poller.TargetPoller) polls the simulator's HTTP app in-process, so derived series are
+exactly what the exporter would produce. At every scrape step both /metrics are collected as
+Prometheus would store them: SGLang's series under job "sglang", the exporter's under job
+"sglang-obs" with `server` copied into `instance` (the relabelling of prometheus/prometheus.yml).
+
+Writers: OpenMetrics with timestamps for `promtool tsdb create-blocks-from openmetrics`, and
+`input_series` for `promtool test rules`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.collector import GuardedCollector, SGLangCollector
+from exporter.http_fetch import FetchError, Response
+from exporter.poller import PollSettings, TargetPoller
+from simulator.scenario import Scenario
+from simulator.server import make_app
+from simulator.simulation import Simulation
+
+SGLANG_JOB = "sglang"
+EXPORTER_JOB = "sglang-obs"
+EXPORTER_INSTANCE = "exporter:9840"
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Rendered:
+    """Samples per series at each scrape step (missing steps: the series was absent)."""
+
+    start: float  # unix time of step 0
+    step: float
+    steps: int
+    series: dict[tuple[str, Labels], dict[int, float]] = field(default_factory=dict)
+
+    def add(self, name: str, labels: dict[str, str], index: int, value: float) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        self.series.setdefault(key, {})[index] = value
+
+    def values(self, name: str, **match: str) -> list[float | None]:
+        """One value per step (None where absent), summed over series matching `match`."""
+        out: list[float | None] = [None] * self.steps
+        for (n, labels), points in self.series.items():
+            if n != name or any(dict(labels).get(k) != v for k, v in match.items()):
+                continue
+            for i, v in points.items():
+                out[i] = (out[i] or 0.0) + v
+        return out
+
+    def time(self, index: int) -> float:
+        return self.start + index * self.step
+
+
+def in_process_fetcher(app, lock: threading.Lock, up: Callable[[], bool]):
+    """A fetch() look-alike that calls the simulator's WSGI app directly."""
+
+    def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*") -> Response:
+        if not up():
+            raise FetchError("connection_refused", "connection refused")
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": urllib.parse.urlsplit(url).path,
+                   "QUERY_STRING": "",
+                   "HTTP_ACCEPT": accept, "wsgi.input": io.BytesIO(), "SERVER_NAME": "sim",
+                   "SERVER_PORT": "30000", "wsgi.url_scheme": "http"}
+        status: dict = {}
+
+        def start_response(code, headers):
+            status["code"] = int(code.split()[0])
+            status["headers"] = dict(headers)
+
+        body = b"".join(app(environ, start_response))
+        if status["code"] >= 400:
+            raise FetchError("http_status", f"HTTP {status['code']}", status=status["code"])
+        return Response(status["code"], status["headers"].get("Content-Type", ""), body)
+
+    return fetch
+
+
+def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
+           step: float = 15.0, poll_interval: float = 5.0, instance: str = "sglang:30000",
+           on_event=None) -> Rendered:
+    sim = Simulation(scenario, release, start_ts=start, on_event=on_event)
+    lock = threading.Lock()
+    app = make_app(sim, lock)
+    poller = TargetPoller(
+        f"http://{instance}", PollSettings(interval=poll_interval),
+        clock=lambda: sim.t, wall_clock=lambda: start + sim.t,
+        fetcher=in_process_fetcher(app, lock, lambda: sim.up))
+    exporter = CollectorRegistry()
+    exporter.register(GuardedCollector([SGLangCollector([poller])]))
+
+    steps = int(scenario.duration // step) + 1
+    out = Rendered(start=start, step=step, steps=steps)
+    t = 0.0
+    for index in range(steps):
+        scrape_at = index * step
+        while t <= scrape_at:  # the exporter polls several times per scrape
+            sim.advance(t)
+            poller.poll_once()
+            t += poll_interval
+        sim.advance(scrape_at)
+        _collect_native(sim, app, out, index, instance)
+        _collect_exporter(exporter, out, index)
+    return out
+
+
+def _metrics_text(app) -> str:
+    result: dict = {}
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "",
+               "HTTP_ACCEPT": "text/plain", "wsgi.input": io.BytesIO(), "SERVER_NAME": "sim",
+               "SERVER_PORT": "30000", "wsgi.url_scheme": "http"}
+    body = b"".join(app(environ, lambda code, headers: result.setdefault("code", code)))
+    return body.decode()
+
+
+def _collect_native(sim: Simulation, app, out: Rendered, index: int, instance: str) -> None:
+    target = {"job": SGLANG_JOB, "instance": instance}
+    out.add("up", target, index, 1.0 if sim.up else 0.0)
+    if not sim.up:
+        return
+    for family in text_string_to_metric_families(_metrics_text(app)):
+        for sample in family.samples:
+            out.add(sample.name, {**sample.labels, **target}, index, sample.value)
+
+
+def _collect_exporter(registry: CollectorRegistry, out: Rendered, index: int) -> None:
+    out.add("up", {"job": EXPORTER_JOB, "instance": EXPORTER_INSTANCE}, index, 1.0)
+    for family in registry.collect():
+        for sample in family.samples:
+            labels = {**sample.labels, "job": EXPORTER_JOB}
+            labels["instance"] = labels.get("server") or EXPORTER_INSTANCE
+            out.add(sample.name, labels, index, sample.value)
+
+
+# -- writers ------------------------------------------------------------------------------
+def _label_text(labels: Labels) -> str:
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    return ",".join(f'{k}="{esc(v)}"' for k, v in labels)
+
+
+def _value_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def write_openmetrics(rendered: Rendered, path: Path) -> None:
+    """Samples grouped by metric name, each series in time order, `# EOF` last."""
+    by_name: dict[str, list] = {}
+    for (name, labels), points in rendered.series.items():
+        by_name.setdefault(name, []).append((labels, points))
+    with path.open("w") as f:
+        for name in sorted(by_name):
+            for labels, points in sorted(by_name[name]):
+                lab = _label_text(labels)
+                for i in sorted(points):
+                    f.write(f"{name}{{{lab}}} {_value_text(points[i])} "
+                            f"{rendered.time(i):.3f}\n")
+        f.write("# EOF\n")
+
+
+def write_promtool_series(rendered: Rendered, path: Path,
+                          names: Iterable[str] | None = None) -> None:
+    """`input_series` for promtool test rules; '_' marks a step where the series was absent."""
+    wanted = set(names) if names is not None else None
+    series = []
+    for (name, labels), points in sorted(rendered.series.items()):
+        if wanted is not None and name not in wanted:
+            continue
+        values = " ".join(_value_text(points[i]) if i in points else "_"
+                          for i in range(rendered.steps))
+        series.append({"series": f"{name}{{{_label_text(labels)}}}", "values": values})
+    doc = {"interval": f"{int(rendered.step)}s", "input_series": series}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, width=1_000_000))
