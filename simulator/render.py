@@ -13,6 +13,7 @@ Writers: OpenMetrics with timestamps for `promtool tsdb create-blocks-from openm
 from __future__ import annotations
 
 import io
+import logging
 import math
 import threading
 import urllib.parse
@@ -93,6 +94,8 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
            step: float = 15.0, poll_interval: float = 5.0, instance: str = "sglang:30000",
            on_event=None) -> Rendered:
     sim = Simulation(scenario, release, start_ts=start, on_event=on_event)
+    # The scenario's own crashes would make the exporter warn on every render.
+    logging.getLogger("exporter.poller").setLevel(logging.ERROR)
     lock = threading.Lock()
     app = make_app(sim, lock)
     poller = TargetPoller(

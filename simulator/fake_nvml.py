@@ -1,0 +1,122 @@
+"""A fake NVML for the demo: the pynvml calls the exporter uses, answered from the simulator's
+scenario-driven GPU readings (`sglang-sim --gpu-feed` serves them at /sim/gpu).
+
+It must never stand in for a real GPU by accident: `FakeNvml.from_feed` refuses to start when
+the real NVML library initialises and sees a device. A host with a GPU reports its real GPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+
+class RealGpuPresent(RuntimeError):
+    """A real GPU answered NVML: the fake feed is refused."""
+
+
+def real_gpu_count(pynvml_module: Any = None) -> int:
+    """Number of real GPUs NVML sees; 0 when the library or driver is absent."""
+    try:
+        nvml = pynvml_module
+        if nvml is None:
+            import pynvml as nvml  # noqa: PLC0415 - optional at import time
+        nvml.nvmlInit()
+    except Exception:  # no library, no driver, no device: that is the demo host
+        return 0
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+class FakeNvml:
+    """The pynvml subset, per GPU index, from a `readings()` callable of GpuReading dicts."""
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+    NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN = 0x40
+
+    def __init__(self, readings: Callable[[], list[dict[str, Any]]]):
+        self._readings = readings
+        self._cache: list[dict[str, Any]] = []
+
+    @classmethod
+    def from_feed(cls, url: str, pynvml_module: Any = None, timeout: float = 2.0) -> FakeNvml:
+        if real_gpu_count(pynvml_module) > 0:
+            raise RealGpuPresent("a real GPU is present: refusing the simulator's fake GPU feed")
+
+        def fetch() -> list[dict[str, Any]]:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
+                return json.loads(resp.read(1 << 20))
+
+        return cls(fetch)
+
+    # -- the calls ---------------------------------------------------------------------------
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        self._cache = self._readings()
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self._cache = []
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return len(self._cache)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        self._cache = self._readings() if index == 0 else self._cache
+        return index
+
+    def _gpu(self, handle: int) -> dict[str, Any]:
+        return self._cache[handle]
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int):  # noqa: N802
+        util = round(self._gpu(handle)["utilization_ratio"] * 100)
+        return _Struct(gpu=util, memory=util // 2)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None):  # noqa: N802
+        g = self._gpu(handle)
+        return _Struct(total=g["memory_total_bytes"], used=g["memory_used_bytes"],
+                       free=g["memory_total_bytes"] - g["memory_used_bytes"], reserved=0)
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802 - milliwatts
+        return int(self._gpu(handle)["power_watts"] * 1000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:  # noqa: N802
+        return int(self._gpu(handle)["power_limit_watts"] * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802 - mJ
+        return int(self._gpu(handle)["energy_joules"] * 1000)
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:  # noqa: N802
+        return int(self._gpu(handle)["temperature_celsius"])
+
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:  # noqa: N802 - MHz
+        return int(self._gpu(handle)["sm_clock_hertz"] / 1e6)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:  # noqa: N802
+        return int(self._gpu(handle)["sm_clock_max_hertz"] / 1e6)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:  # noqa: N802
+        g = self._gpu(handle)
+        return self.NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN if g["thermal_throttle"] else 0
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:  # noqa: N802
+        return f"GPU-5151a000-0000-4000-8000-{handle:012d}"
+
+    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+        return "Simulated GPU"
+
+    def xid_events(self, handle: int) -> list[tuple[float, int]]:
+        """(unix time, xid) of the scenario's Xid events on this GPU (not a pynvml call)."""
+        return [tuple(e) for e in self._gpu(handle)["xid_events"]]
+
+
+class _Struct:
+    def __init__(self, **fields: Any):
+        self.__dict__.update(fields)
