@@ -94,14 +94,16 @@ class Request:
     first_token_at: float | None = None
     last_token_at: float | None = None
     retracted: int = 0
+    recomputed: int = 0  # output tokens to prefill again after a retraction
 
     @property
-    def prompt_len(self) -> int:  # after a retraction the generated tokens are prefilled again
-        return self.input_len + (int(self.generated) if self.retracted else 0)
+    def prompt_len(self) -> int:
+        return self.input_len + self.recomputed
 
     @property
     def kv_tokens(self) -> int:
-        return self.prefilled + int(self.generated)
+        # After a retraction the first `recomputed` output tokens are part of the prompt.
+        return self.prefilled + int(self.generated) - self.recomputed
 
     def reserve(self, ratio: float) -> float:
         remaining = max(min(self.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.generated, 0)
@@ -449,6 +451,7 @@ class Scheduler:
             self.counters["retracted_input_tokens"] += req.input_len
             self.counters["retracted_output_tokens"] += int(req.generated)
             req.retracted += 1
+            req.recomputed = int(req.generated)
             req.prefilled = 0
             self.waiting.insert(0, req)
             retracted += 1
@@ -467,11 +470,11 @@ class Scheduler:
             if req.generated >= req.output_len:
                 self.tokenizer.finished(req, self.now)
                 # Its tokens stay in the radix cache for the next turn of the session.
-                self.evictable = min(self.evictable + req.kv_tokens,
-                                     self.free_tokens + req.kv_tokens)
+                self.evictable += req.kv_tokens
             else:
                 still.append(req)
         self.running = still
+        self.evictable = min(self.evictable, self.free_tokens)
 
     def _report(self, idle: bool = False) -> None:
         r = self.reported

@@ -1,0 +1,142 @@
+"""The scheduler model keeps SGLang's invariants and reproduces seed 000's shape."""
+
+import pytest
+
+from exporter.sglang_log import parse_line
+from simulator import scenario as scenarios
+from simulator.events import DecodeBatch, PrefillBatch
+from simulator.logs import format_event
+from simulator.simulation import Simulation
+
+ALL = scenarios.available()
+
+
+def walk(sim, seconds, step=1.0):
+    """Advance second by second, yielding the simulation after each step."""
+    t = 0.0
+    while t <= seconds:
+        sim.advance(t)
+        yield t
+        t += step
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_model_never_breaks_sglang_invariants(name):
+    sc = scenarios.load(name)
+    sim = Simulation(sc)
+    cfg = sc.server
+    for _ in walk(sim, sc.duration, step=2.0):
+        for s in sim.server.schedulers:
+            assert len(s.running) + (1 if s.chunked else 0) <= cfg.max_running_requests
+            assert 0 <= s.used_tokens <= cfg.max_total_num_tokens
+            assert 0 <= s.evictable <= cfg.max_total_num_tokens - s.used_tokens
+            assert s.pending_tokens >= 0
+            for req in s.running:
+                assert req.prefilled == req.prompt_len  # only fully prefilled requests decode
+                assert req.generated <= req.output_len
+
+
+def incident_peaks(name):
+    sc = scenarios.load(name)
+    sim = Simulation(sc)
+    peaks = {"queue": 0, "pending": 0, "running": 0, "kv": 0.0, "queue_run": 0.0}
+    started = None
+    for t in walk(sim, sc.duration):
+        s = sim.server.schedulers[0]
+        peaks["queue"] = max(peaks["queue"], len(s.waiting))
+        peaks["pending"] = max(peaks["pending"], s.pending_tokens)
+        peaks["running"] = max(peaks["running"], len(s.running))
+        peaks["kv"] = max(peaks["kv"], s.used_tokens / sc.server.max_total_num_tokens)
+        if s.waiting:
+            started = t if started is None else started
+            peaks["queue_run"] = max(peaks["queue_run"], t - started)
+        else:
+            started = None
+    tk = sim.server.tokenizer
+    peaks["cache_hit"] = tk.cached_tokens / sum(tk.prompt_tokens.values())
+    return peaks
+
+
+def test_seed_000_incident_peaks_are_in_the_seeds_ranges():
+    peaks = incident_peaks("long-context-incident")
+    assert 3 <= peaks["queue"] <= 9  # seed: queue-req peaks 3 (11:50 window) to 9
+    assert 300_000 <= peaks["pending"] <= 650_000  # seed: 292,965 .. 621,390 pending tokens
+    assert 60 <= peaks["queue_run"] <= 120  # seed: longest continuous queueing ~89 s
+    assert 7 <= peaks["running"] <= 11  # seed: running-req 8-9
+    assert peaks["kv"] < 0.6  # seed: token usage never above ~43 %: not a capacity problem
+    assert peaks["cache_hit"] > 0.9  # seed: ~96.5 % aggregated
+
+
+def test_tuned_configuration_queues_less_and_caps_the_running_batch():
+    original = incident_peaks("long-context-incident")
+    tuned = incident_peaks("long-context-incident-tuned")
+    assert tuned["running"] <= 10
+    assert tuned["queue_run"] < original["queue_run"]
+
+
+def test_scheduler_log_lines_round_trip_through_the_exporters_parser():
+    sc = scenarios.load("long-context-incident")
+    events = []
+    sim = Simulation(sc, start_ts=1_790_000_000.0, on_event=events.append)
+    for _ in walk(sim, 400, step=5.0):
+        pass
+    batches = [e for e in events if isinstance(e, PrefillBatch | DecodeBatch)]
+    assert len(batches) > 50
+    for event in events:
+        line = format_event(event, sim.profile.release, tp_size=sc.server.tp_size)
+        parsed = parse_line(line)
+        assert parsed is not None, line
+        if isinstance(event, PrefillBatch):
+            assert parsed.kind == "prefill"
+            assert parsed.fields["pending_token"] == event.pending_token
+            assert parsed.fields["new_token"] == event.new_token
+            assert parsed.fields["cached_token"] == event.cached_token
+            assert parsed.fields["queue_req"] == event.queue_req
+        elif isinstance(event, DecodeBatch):
+            assert parsed.kind == "decode"
+            assert parsed.fields["running_req"] == event.running_req
+            assert parsed.fields["gen_throughput"] == pytest.approx(event.gen_throughput, abs=0.01)
+            assert parsed.fields["accept_len"] == pytest.approx(event.accept_len, abs=0.01)
+
+
+def test_crash_loses_requests_and_restart_starts_cold():
+    sc = scenarios.load("crash-restart")
+    sim = Simulation(sc)
+    sim.advance(599.0)
+    before = sum(sim.server.tokenizer.requests.values())
+    assert before > 0
+    sim.advance(650.0)
+    assert not sim.up
+    sim.advance(700.0)
+    assert sim.up
+    assert sim.server.restarts == 1
+    assert sum(sim.server.tokenizer.requests.values()) < before  # counters start again
+    assert all(s.evictable == 0 or s.now > 690 for s in sim.server.schedulers)
+
+
+def test_same_scenario_and_seed_give_the_same_run():
+    def run():
+        sim = Simulation(scenarios.load("healthy"))
+        sim.advance(300.0)
+        return sim.server.tokenizer.prompt_tokens, sim.server.schedulers[0].counters
+
+    assert run() == run()
+
+
+def test_bad_scenarios_are_refused_with_the_field_named(tmp_path):
+    cases = {
+        "duration: -5\n": "duration",
+        "duration: 10\nserver: {max_running: 3}\n": "unknown field(s) max_running",
+        "duration: 10\nload: [{rate: 1, burst: 2}]\n": "exactly one of rate or burst",
+        "duration: 10\nload: [{rate: 1, input_tokens: {gauss: [1, 2]}}]\n": "input_tokens",
+        "duration: 10\nfaults: [{at: 1, kind: meteor}]\n": "kind must be one of",
+        "duration: 10\ntruth: [{from: 0, to: 5, class: sad}]\n": "class must be one of",
+        "[not, a, mapping]\n": "mapping",
+        "duration: [unclosed\n": "not valid YAML",
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        path = tmp_path / f"bad{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(scenarios.ScenarioError, match=message.replace("(", r"\(")
+                           .replace(")", r"\)")):
+            scenarios.load(str(path))
