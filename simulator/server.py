@@ -136,11 +136,11 @@ class SimServer:
         threading.Thread(target=self._tick_loop, daemon=True, name="ticker").start()
 
     def _tick_loop(self) -> None:
-        wall0 = time.monotonic()
+        wall0, sim0 = time.monotonic(), self.sim.t
         while not self._stop.wait(self.tick):
             with self.lock:
                 was_up = self.sim.up
-                self.sim.advance((time.monotonic() - wall0) * self.speed)
+                self.sim.advance(sim0 + (time.monotonic() - wall0) * self.speed)
                 now_up = self.sim.up
             if was_up and not now_up:
                 log.warning("scenario: server crashed; refusing connections")
