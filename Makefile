@@ -11,6 +11,7 @@ test: $(VENV)/.installed
 
 generate: $(VENV)/.installed
 	$(PY) -m exporter.catalogue > docs/metrics.md
+	$(PY) -m simulator.docs
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py

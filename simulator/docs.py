@@ -1,0 +1,97 @@
+"""Regenerates the generated blocks of docs/simulator.md (`make generate`; a test checks them).
+
+Blocks sit between `<!-- generated:NAME -->` and `<!-- end:NAME -->`: the scenario list, the
+model parameters with their defaults, and the seed 000 original-versus-tuned comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+from simulator import compare
+from simulator import scenario as scenarios
+from simulator.model import PerfModel, ServerConfig
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
+
+PARAMETERS = {
+    "model_name": "served model name (`model_name` label)",
+    "model_path": "model path reported by /server_info",
+    "tp_size": "tensor-parallel size: label copies of rank-0 series, GPUs in the feed",
+    "dp_size": "data-parallel ranks, each its own scheduler, KV pool and queue",
+    "enable_dp_attention": "DP attention: tp_rank labels are global across DP ranks",
+    "max_total_num_tokens": "KV pool of one DP rank, in tokens",
+    "context_length": "effective context length",
+    "chunked_prefill_size": "token budget of one request chunk per prefill batch (-1: off)",
+    "max_prefill_tokens": "token budget of one prefill batch",
+    "max_running_requests": "running-batch limit per DP rank",
+    "schedule_policy": "`fcfs` or `lpm` (longest cached prefix first)",
+    "kv_cache_dtype": "reported only",
+    "speculative_algorithm": "e.g. NEXTN; turns mixed chunk off",
+    "spec_accept_length": "tokens per decode step per request (1 without speculation)",
+    "enable_mixed_chunk": "as given on the command line; the effective value is reported",
+    "num_continuous_decode_steps": "decode steps per decode round",
+    "decode_log_interval": "decode iterations between stats reports and Decode batch lines",
+    "page_size": "KV page size (reported)",
+    "gpu_name": "accelerator name in /v1/loads",
+    "gpu_memory_total_gb": "per-GPU memory, for the GPU feed",
+    "mem_fraction_static": "preallocated share of GPU memory (GPU feed: memory looks full)",
+    "weight_memory_gb": "reported per GPU",
+    "kv_cache_memory_gb": "reported per GPU",
+    "prefill_overhead_s": "fixed cost of one prefill batch",
+    "prefill_s_per_token": "compute per new prompt token",
+    "prefill_s_per_token_context": "attention: extra seconds per new token per context token",
+    "prefill_small_batch_tokens": "per-token cost x (1 + this / batch tokens): small chunks "
+                                  "use the GPU less well",
+    "prefill_batches_before_decode": "decode rounds interleave after this many prefill batches",
+    "decode_overhead_s": "fixed cost of one decode step (weights read once)",
+    "decode_s_per_request": "per running request",
+    "decode_s_per_kv_token": "per KV token of the running batch (memory-bandwidth bound)",
+}
+
+
+def parameter_table() -> str:
+    lines = ["| parameter | default | meaning |", "|---|---|---|"]
+    for cls, section in ((ServerConfig, "server"), (PerfModel, "perf")):
+        for f in dataclasses.fields(cls):
+            lines.append(f"| `{section}.{f.name}` | `{f.default}` | {PARAMETERS[f.name]} |")
+    return "\n".join(lines) + "\n"
+
+
+def scenario_table() -> str:
+    lines = ["| scenario | release | duration | ground truth | what it shows |",
+             "|---|---|---|---|---|"]
+    for name in scenarios.available():
+        sc = scenarios.load(name)
+        truth = ", ".join(f"{t.cls} {t.start:.0f}–{t.end:.0f} s" for t in sc.truth) or "—"
+        text = " ".join(sc.description.split())
+        lines.append(f"| `{name}` | {sc.release} | {sc.duration:.0f} s | {truth} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+BLOCKS = {
+    "scenarios": scenario_table,
+    "parameters": parameter_table,
+    "comparison": lambda: compare.markdown(["long-context-incident",
+                                            "long-context-incident-tuned"]),
+}
+
+
+def render(text: str) -> str:
+    for name, make in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- end:{name} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"{DOC}: block {name} missing")
+        text = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), text)
+    return text
+
+
+if __name__ == "__main__":
+    current = DOC.read_text()
+    updated = render(current)
+    if "--check" in sys.argv:
+        raise SystemExit(0 if updated == current else f"{DOC} is stale: run make generate")
+    DOC.write_text(updated)
