@@ -36,12 +36,7 @@ class Summary:
 
 def _merged(sim: Simulation, key: str) -> Histogram:
     parts = [h for (k, _), h in sim.server.tokenizer.histograms.items() if k == key]
-    out = Histogram(parts[0].bounds)
-    for h in parts:
-        out.counts = [a + b for a, b in zip(out.counts, h.counts, strict=True)]
-        out.sum += h.sum
-        out.count += h.count
-    return out
+    return Histogram.merged(parts)
 
 
 def _quantile_bucket(h: Histogram, q: float) -> float:

@@ -297,25 +297,13 @@ class SimCollector:
                          if k == key and (s == streaming or not by_stream)]
                 if not by_stream and streaming:
                     break
-                merged = _merge(parts)
+                merged = Histogram.merged(parts)
                 if merged is None:
                     continue
                 extra = ["true" if streaming else "false"] if by_stream else []
                 _add_histogram(family, base_values + extra, merged)
             if family.samples:
                 yield family
-
-
-def _merge(histograms: list[Histogram]) -> Histogram | None:
-    histograms = [h for h in histograms if h.count]
-    if not histograms:
-        return None
-    out = Histogram(histograms[0].bounds)
-    for h in histograms:
-        out.counts = [a + b for a, b in zip(out.counts, h.counts, strict=True)]
-        out.sum += h.sum
-        out.count += h.count
-    return out
 
 
 def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histogram) -> None:

@@ -124,6 +124,19 @@ class Histogram:
         self.sum += value * weight if total is None else total
         self.count += weight
 
+    @staticmethod
+    def merged(histograms: list[Histogram]) -> Histogram | None:
+        """The sum of same-bucket histograms (e.g. the is_streaming split); None if all empty."""
+        histograms = [h for h in histograms if h.count]
+        if not histograms:
+            return None
+        out = Histogram(histograms[0].bounds)
+        for h in histograms:
+            out.counts = [a + b for a, b in zip(out.counts, h.counts, strict=True)]
+            out.sum += h.sum
+            out.count += h.count
+        return out
+
     def cumulative(self) -> list[tuple[float, float]]:
         out, running = [], 0.0
         for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
