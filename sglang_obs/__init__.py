@@ -1,0 +1,1 @@
+"""sglang-obs: the stack around the exporter — rules, Alertmanager, alert sink, runner."""
