@@ -12,6 +12,8 @@ test: $(VENV)/.installed
 generate: $(VENV)/.installed
 	$(PY) -m exporter.catalogue > docs/metrics.md
 	$(PY) -m simulator.docs
+	$(PY) -m sglang_obs.rules
+	$(PY) -m sglang_obs.detection
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py

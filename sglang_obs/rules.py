@@ -148,13 +148,15 @@ def state_group(t: dict) -> Group:
     s, e, c = _s(t), _e(t), t["classification"]
     g = Group("sglang-state.rules")
     g.record("instance:sglang_available:min",
-             f"min by (instance) (sglang_obs_up{{{e}}} or up{{{s}}})",
-             "1 when both the exporter's poll and Prometheus's scrape reach the server.")
+             f"max by (instance) (sglang_obs_up{{{e}}})\nor max by (instance) (up{{{s}}})",
+             "1 when the server answers: the exporter's poll (any endpoint) when it watches the "
+             "server, else Prometheus's scrape. A server with metrics off still serves.")
     for name, metric in (("running_requests", "running_requests"),
                          ("waiting_requests", "waiting_requests"),
                          ("prefill_backlog_tokens", "prefill_backlog_tokens"),
                          ("queue_nonempty_duration_seconds", "queue_nonempty_duration_seconds"),
-                         ("decode_speed_per_request", "decode_speed_per_request_tokens_per_second")):
+                         ("decode_speed_per_request",
+                          "decode_speed_per_request_tokens_per_second")):
         g.record(f"instance:sglang_{name}:max", f"max by (instance) (sglang_obs_{metric}{{{e}}})",
                  f"Exporter's live {name.replace('_', ' ')} (polled every second), per server.")
     g.record("instance:sglang_running_requests_per_max:ratio",
@@ -174,15 +176,24 @@ def state_group(t: dict) -> Group:
              "The server's usual running-batch size.")
     kv = (f"(instance:sglang_kv_occupancy:ratio >= {c['kv_occupancy_ratio']})"
           " or (instance:sglang_retractions:increase5m > 0)")
+    # Waiting prompts behind a running batch at its limit are not a prefill backlog: they wait
+    # for a slot (decode contention or a scheduling limit), not for prefill compute.
     prefill = (f"(instance:sglang_prefill_backlog_tokens:max >= {c['prefill_backlog_tokens']})"
-               " and on (instance) (instance:sglang_waiting_requests:max > 0)")
-    decode = f"""(instance:sglang_decode_speed_per_request:max
-   < {c['decode_speed_drop_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
-  and on (instance) (
-    (instance:sglang_running_requests_per_max:ratio >= {c['running_ratio_at_limit']})
-    or ((instance:sglang_running_requests:max >= {c['min_running_for_contention']})
-        and (instance:sglang_running_requests:max
-             >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h)))"""
+               " and on (instance) (instance:sglang_waiting_requests:max > 0)"
+               " unless on (instance) (instance:sglang_running_requests_per_max:ratio >= "
+               f"{c['running_ratio_at_limit']})")
+    # At the limit a batch is slower per request anyway: only a collapse counts there; below
+    # it, a batch twice its usual size with a clear drop does.
+    decode = f"""(((instance:sglang_decode_speed_per_request:max
+    < {c['decode_speed_collapse_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
+   and on (instance)
+       (instance:sglang_running_requests_per_max:ratio >= {c['running_ratio_at_limit']}))
+  or ((instance:sglang_decode_speed_per_request:max
+       < {c['decode_speed_drop_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
+      and on (instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
+      and on (instance) (instance:sglang_running_requests:max
+                         >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h))
+ ) and on (instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""
     scheduling = (f"(instance:sglang_queue_nonempty_duration_seconds:max >= "
                   f"{c['scheduling_queue_seconds']})"
                   f" and on (instance) (instance:sglang_kv_occupancy:ratio < "
@@ -215,21 +226,25 @@ def alert_groups(t: dict) -> list[Group]:
     avail = Group("sglang-availability.alerts")
     avail.alert(
         "SGLangServerDown",
-        f"max by (instance) (up{{{s}}} == 0) or max by (instance) (sglang_obs_up{{{e}}} == 0)",
-        "The server does not answer Prometheus or the exporter.",
-        severity="critical", for_="1m", summary="SGLang server is not answering.",
-        description="{{ $labels.instance }} has not answered for over a minute (state "
+        f"""
+max by (instance) (sglang_obs_up{{{e}}}) == 0
+or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)""",  # noqa: E501
+        "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
+        "the exporter still reaches the API, is SGLangMetricsMissing, not this.",
+        severity="critical", for_="30s", summary="SGLang server is not answering.",
+        description="{{ $labels.instance }} has not answered for 30 seconds (state "
                     "unavailable): requests to it fail.")
     avail.alert(
         "SGLangMetricsMissing",
         f"""
-max by (instance) (up{{{s}}}) == 1
-unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}})""",  # noqa: E501
-        "Scraped fine, but no scheduler series: --enable-metrics off, or sglang_* names not "
-        "renamed back (see prometheus.yml).",
+(max by (instance) (up{{{s}}}) == 0 and on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)
+or (max by (instance) (up{{{s}}}) == 1
+    unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}}))""",  # noqa: E501
+        "The API answers but /metrics fails (--enable-metrics off: 404) or has no scheduler "
+        "series (sglang_* names not renamed back, see prometheus.yml).",
         severity="warning", for_="10m", summary="SGLang is up but exposes no scheduler metrics.",
-        description="{{ $labels.instance }} answers /metrics without sglang:num_running_reqs "
-                    "(state unknown): metrics disabled or a spelling mismatch.")
+        description="{{ $labels.instance }} serves requests but Prometheus gets no "
+                    "sglang:num_running_reqs from it: metrics disabled or a spelling mismatch.")
     avail.alert(
         "SGLangContainerRestarting",
         f"increase(sglang_obs_container_restarts_total{{{e}}}[15m]) >= "
@@ -252,8 +267,8 @@ unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|s
         f"up{{{e}}} == 0 or absent(up{{{e}}})",
         "Without the exporter the derived signals and GPU and container metrics are gone.",
         severity="critical", for_="2m", summary="The sglang-obs exporter is down.",
-        description="Prometheus cannot scrape the exporter {{ $labels.instance }}: derived "
-                    "SGLang, GPU and container metrics are missing.")
+        description="Prometheus cannot scrape the exporter{{ with $labels.instance }} {{ . }}"
+                    "{{ end }}: derived SGLang, GPU and container metrics are missing.")
     avail.alert(
         "SGLangExporterCollectorFailing",
         f"sglang_obs_collector_success{{{e}}} == 0",
@@ -276,8 +291,9 @@ unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|s
         "SGLangDecodeContention",
         f"instance:sglang_decode_speed_per_request:max and on (instance) "
         f"(instance:sglang_state:code == {code('decode_contention')})",
-        "State decode_contention: too many long requests decode at once; each one is slow.",
-        severity="warning", for_="2m", summary="SGLang requests are slowed by decode contention.",
+        "State decode_contention: too many long requests decode at once; each one is slow. "
+        "Decode speed and running come from the exporter's 1 s polls, so 1m is enough.",
+        severity="warning", for_="1m", summary="SGLang requests are slowed by decode contention.",
         description="{{ $labels.instance }} is in state decode_contention: each request decodes "
                     "at {{ $value | humanize }} tokens/s, well below its usual speed.")
     sat.alert(
@@ -285,9 +301,10 @@ unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|s
         f"instance:sglang_kv_occupancy:ratio and on (instance) "
         f"(instance:sglang_state:code == {code('kv_capacity')})",
         "State kv_capacity: the KV pool is full; requests are retracted or wait for memory.",
-        severity="warning", for_="2m", summary="SGLang KV cache pool is nearly full.",
+        severity="warning", for_="2m", summary="SGLang KV cache pool is out of room.",
         description="{{ $labels.instance }} is in state kv_capacity: the KV pool is "
-                    "{{ $value | humanizePercentage }} used.")
+                    "{{ $value | humanizePercentage }} used, or requests were retracted in the "
+                    "last 5 minutes.")
     sat.alert(
         "SGLangRequestsRetracted",
         "instance:sglang_retractions:increase5m > 0",
@@ -304,16 +321,14 @@ unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|s
         description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
                     "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
                     "from full.")
-    for severity, threshold in (("warning", a["long_queueing_seconds"]),
-                                ("critical", a["long_queueing_critical_seconds"])):
-        sat.alert(
-            "SGLangLongQueueing",
-            f"instance:sglang_queue_nonempty_duration_seconds:max >= {threshold}",
-            "The signal is itself a duration (the queue has been non-empty that long), so the "
-            "rule needs no for:.",
-            severity=severity, for_="0m", summary="SGLang requests have been queueing for long.",
-            description="{{ $labels.instance }}: the waiting queue has been continuously "
-                        "non-empty for {{ $value | humanizeDuration }}.")
+    sat.alert(
+        "SGLangLongQueueing",
+        f"instance:sglang_queue_nonempty_duration_seconds:max >= {a['long_queueing_seconds']}",
+        "The signal is itself a duration (the queue has been non-empty that long), so the rule "
+        "needs no for:. A symptom: the state alerts name the cause.",
+        severity="warning", for_="0m", summary="SGLang requests have been queueing for long.",
+        description="{{ $labels.instance }}: the waiting queue has been continuously "
+                    "non-empty for {{ $value | humanizeDuration }}.")
 
     slo = Group("sglang-slo.alerts")
     floor = t["slo"]["traffic_floor_rps"]
@@ -347,7 +362,8 @@ and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}"""
         f"""
 (instance_model:sglang_aborted_requests:ratio_rate5m > {a['request_error_ratio']}
   and on (instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
-or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']})""",  # noqa: E501
+or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
+  and on (instance) sum by (instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
         "Aborted or 5xx requests above the threshold, with a traffic floor.",
         severity="warning", for_="5m", summary="SGLang requests are failing.",
         description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests "
@@ -370,11 +386,15 @@ unless on (instance) (max by (instance) (resets(sglang:num_requests_total{{{s}}}
     gpu = Group("gpu.alerts")
     gpu.alert(
         "GPULost",
-        f"sglang_obs_gpu_device_up{{{e}}} == 0",
-        "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead.",
+        f"""
+sglang_obs_gpu_device_up{{{e}}} == 0
+or on (instance) (max by (instance) (sglang_obs_gpu_collector_up{{{e}}}) == 0
+    and on (instance) max by (instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
+        "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also a "
+        "host whose NVML stopped working after it had GPUs in the last hour.",
         severity="critical", for_="1m", summary="A GPU is lost.",
-        description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} no "
-                    "longer answers NVML.", dashboard="sglang-gpus")
+        description="GPU {{ with $labels.gpu }}{{ . }}{{ else }}(all){{ end }} on "
+                    "{{ $labels.instance }} no longer answers NVML.", dashboard="sglang-gpus")
     gpu.alert(
         "GPUXidCritical",
         f"time() - sglang_obs_gpu_xid_last_timestamp_seconds{{{e}, xid=~\"{a['gpu_xid_critical']}\"}}"  # noqa: E501
@@ -413,7 +433,7 @@ unless on (instance) (max by (instance) (resets(sglang:num_requests_total{{{s}}}
         f"""
 (sglang_obs_gpu_pcie_link_width{{{e}}} < sglang_obs_gpu_pcie_link_width_max{{{e}}}
  or sglang_obs_gpu_pcie_link_generation{{{e}}} < sglang_obs_gpu_pcie_link_generation_max{{{e}}})
-and on (instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > 0.2""",
+and on (instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
         "A link below its maximum under load (links may downshift at idle to save power).",
         severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
         description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "

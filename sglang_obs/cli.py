@@ -1,0 +1,65 @@
+"""`sglang-obs`: the stack's own commands.
+
+    sglang-obs alert-sink [--listen 127.0.0.1:9095] [--log-file alerts.jsonl]
+    sglang-obs rules [--check]          regenerate prometheus/rules from thresholds.yml
+    sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    return host or "0.0.0.0", int(port)  # noqa: S104 - the compose service listens on all
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sglang-obs", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sink = sub.add_parser("alert-sink", help="log the alerts Alertmanager sends (demo, tests)")
+    sink.add_argument("--listen", type=_listen, default=("127.0.0.1", 9095),
+                      help="host:port to listen on (default 127.0.0.1:9095)")
+    sink.add_argument("--log-file", help="also append one JSON line per alert to this file")
+    rules = sub.add_parser("rules", help="regenerate prometheus/rules/*.yml")
+    rules.add_argument("--check", action="store_true", help="fail if they are stale")
+    detection = sub.add_parser("detection", help="regenerate docs/detection.md")
+    detection.add_argument("scenarios", nargs="*", help="only these (printed, not written)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
+
+    if args.command == "alert-sink":
+        from sglang_obs.alert_sink import AlertSink
+
+        streams = [sys.stdout]
+        if args.log_file:
+            try:
+                streams.append(open(args.log_file, "a"))  # noqa: SIM115 - lives as long as we do
+            except OSError as err:
+                parser.error(f"--log-file: {err}")
+        try:
+            server = AlertSink(*args.listen, streams)
+        except OSError as err:
+            logging.error("cannot listen on %s:%s: %s", *args.listen, err)
+            return 1
+        logging.info("alert sink listening on %s:%s", args.listen[0], server.port)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+        return 0
+    if args.command == "rules":
+        from sglang_obs import rules as rules_module
+
+        return rules_module.main(["--check"] if args.check else [])
+    from sglang_obs import detection as detection_module
+
+    return detection_module.main(args.scenarios)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
