@@ -23,6 +23,8 @@ PREFIX = "sglang_obs_"
 # (see prometheus/prometheus.yml), so derived series join native ones on (instance, model_name).
 SERVER = ("server",)
 SERVER_MODEL = ("server", "model_name")
+# Container series carry the server they run (empty when not mapped), so they join on instance.
+CONTAINER = ("container", "server")
 
 CONFIG_INFO_LABELS = (
     "version",
@@ -61,6 +63,8 @@ def _m(name, kind, labels, help_, group):
 
 
 HEALTH = "Exporter health"
+LOG = "Scheduler log"
+CONTAINERS = "Containers"
 LOAD = "Derived load signals"
 CONFIG = "Effective server configuration"
 
@@ -121,6 +125,70 @@ METRICS: tuple[MetricSpec, ...] = (
        "Durations of completed runs of a continuously non-empty waiting queue.", LOAD),
     _m("queue_nonempty_seconds_total", "counter", SERVER_MODEL,
        "Total seconds the waiting queue was observed non-empty.", LOAD),
+    # -- scheduler log (exporter/log_stats.py) ---------------------------------------------------
+    _m("log_source_up", "gauge", (*SERVER, "source"),
+       "1 if the log source (file or container stream) is being read, else 0.", LOG),
+    _m("log_lines_total", "counter", (*SERVER, "kind"),
+       "Scheduler log lines read, by kind (prefill, decode, retraction, capacity, ready, "
+       "health_check_failed, other, unparsed: garbled or not SGLang's).", LOG),
+    _m("log_rotations_total", "counter", SERVER,
+       "Times the followed log file was rotated or truncated.", LOG),
+    _m("log_prefill_batches_total", "counter", SERVER, "Prefill batch lines.", LOG),
+    _m("log_prefill_new_tokens_total", "counter", SERVER,
+       "Prompt tokens computed by prefill (#new-token).", LOG),
+    _m("log_prefill_cached_tokens_total", "counter", SERVER,
+       "Prompt tokens reused from the prefix cache (#cached-token).", LOG),
+    _m("log_decode_reports_total", "counter", SERVER,
+       "Decode batch lines (one per decode-log-interval iterations).", LOG),
+    _m("log_retracted_requests_total", "counter", SERVER,
+       "Requests retracted because the KV pool was full (retraction warnings).", LOG),
+    _m("log_health_check_failures_total", "counter", SERVER,
+       "Health check failures logged by SGLang.", LOG),
+    _m("log_pending_prefill_tokens", "gauge", SERVER,
+       "#pending-token of the last prefill line, summed over DP ranks (0.5.12+).", LOG),
+    _m("log_queue_requests", "gauge", SERVER,
+       "#queue-req of the last batch line, summed over DP ranks.", LOG),
+    _m("log_running_requests", "gauge", SERVER,
+       "#running-req of the last batch line, summed over DP ranks.", LOG),
+    _m("log_running_batch_tokens", "gauge", SERVER,
+       "#token of the last decode line: KV tokens of the running batch (the full-token working "
+       "set), summed over DP ranks.", LOG),
+    _m("log_input_throughput_tokens_per_second", "gauge", SERVER,
+       "input throughput of the last prefill line, summed over DP ranks.", LOG),
+    _m("log_gen_throughput_tokens_per_second", "gauge", SERVER,
+       "gen throughput of the last decode line, summed over DP ranks.", LOG),
+    _m("log_spec_accept_length", "gauge", SERVER,
+       "accept len of the last decode line (speculative decoding only).", LOG),
+    _m("log_prefill_context_tokens", "histogram", SERVER,
+       "Context of single-request prefills (#new-seq: 1): cached + new tokens.", LOG),
+    _m("log_capacity_tokens", "gauge", SERVER,
+       "max_total_num_tokens from the start-up line: effective KV capacity of one DP rank.",
+       LOG),
+    _m("log_max_running_requests", "gauge", SERVER,
+       "max_running_requests from the start-up line: the effective limit of one DP rank.", LOG),
+    _m("log_ready_timestamp_seconds", "gauge", SERVER,
+       "Time of the last 'ready to roll' line (the last start).", LOG),
+    _m("log_last_line_timestamp_seconds", "gauge", SERVER,
+       "Time printed on the last parsed line (SGLang's local time read as this host's).", LOG),
+    # -- containers (exporter/containers.py) ---------------------------------------------------
+    _m("container_source_up", "gauge", (),
+       "1 if the last Docker API poll succeeded, else 0.", CONTAINERS),
+    _m("container_info", "info", (*CONTAINER, "image", "state", "health"),
+       "Container identity and state; value 1.", CONTAINERS),
+    _m("container_running", "gauge", CONTAINER, "1 if the container is running.", CONTAINERS),
+    _m("container_restarts_total", "counter", CONTAINER,
+       "Restarts by the restart policy since the container was created (Docker RestartCount).",
+       CONTAINERS),
+    _m("container_oom_kills_total", "counter", CONTAINER,
+       "Exits by the kernel's OOM killer seen since the exporter started.", CONTAINERS),
+    _m("container_oom_killed", "gauge", CONTAINER,
+       "1 if the container's last exit was an OOM kill.", CONTAINERS),
+    _m("container_last_exit_code", "gauge", CONTAINER, "Exit code of the last exit.",
+       CONTAINERS),
+    _m("container_healthy", "gauge", CONTAINER,
+       "1 healthy, 0 unhealthy or starting; absent without a healthcheck.", CONTAINERS),
+    _m("container_start_time_seconds", "gauge", CONTAINER,
+       "When the container last started (Unix time).", CONTAINERS),
     _m("server_config_info", "info", (*SERVER_MODEL, *CONFIG_INFO_LABELS),
        "Effective server configuration from /server_info (changes only on restart); value 1.",
        CONFIG),

@@ -17,7 +17,10 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.collector import GuardedCollector, SGLangCollector
+from exporter.collector import ContainerCollector, GuardedCollector, LogCollector, SGLangCollector
+from exporter.containers import ContainerSource, docker_client
+from exporter.log_follow import DockerLogFollower, FileFollower, FollowThread
+from exporter.log_stats import LogStats
 from exporter.poller import PollSettings, TargetPoller, server_label
 from exporter.web import make_app, parse_listen_address, serve
 
@@ -69,6 +72,19 @@ def listen_address(text: str) -> str:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
+
+
+def mapping(text: str) -> tuple[str | None, str]:
+    """'[http://host:port=]VALUE' -> (base URL or None, VALUE)."""
+    if text.startswith(("http://", "https://")) and "=" in text:
+        left, _, value = text.partition("=")
+        url(left)
+        if not value:
+            raise argparse.ArgumentTypeError(f"nothing after '=' in {text!r}")
+        return left.rstrip("/"), value
+    if not text:
+        raise argparse.ArgumentTypeError("empty value")
+    return None, text
 
 
 def _boolean(text: str) -> bool:
@@ -150,10 +166,29 @@ def build_parser() -> _Parser:
     parser.flag("--sglang.max-response-bytes", type=size, default="16MiB",
                 help="Largest response body accepted from SGLang (bytes, or with KiB/MiB/GiB); "
                 "a larger one is dropped and counted as an error.")
+    parser.flag("--sglang.log-file", type=mapping, repeatable=True,
+                help="Follow this SGLang scheduler log file (tail -F: survives rotation and "
+                "truncation). Form [SGLANG_URL=]PATH; the URL may be left out with one server.")
+    parser.flag("--sglang.log-container", type=mapping, repeatable=True,
+                help="Follow this container's log stream through the Docker API instead. Form "
+                "[SGLANG_URL=]CONTAINER.")
+    parser.flag("--sglang.log-poll-interval", type=duration, default="500ms",
+                help="How often a followed log file is checked for new lines.")
+    parser.flag("--docker.container", type=mapping, repeatable=True,
+                help="Report the state of this SGLang container (restarts, OOM kills, health). "
+                "Form [SGLANG_URL=]NAME.")
+    parser.flag("--docker.label", repeatable=True,
+                help="Also report every container with this label (KEY or KEY=VALUE); label "
+                "sglang-obs.server=HOST:PORT on a container names its server.")
+    parser.flag("--docker.poll-interval", type=duration, default="5s",
+                help="How often the Docker API is asked for container state.")
     parser.flag("--log.level", type=str.lower, default="info",
                 help="Log level: debug, info, warn or error.")
     parser.toggle("--collector.sglang", default=True,
                   help="Poll the SGLang servers given by --sglang.url.")
+    parser.toggle("--collector.docker", default=True,
+                  help="Report container state through the Docker API (read-only). Turns itself "
+                  "off, with one log line, when no Docker API is reachable.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
@@ -161,8 +196,11 @@ def build_parser() -> _Parser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.sglang_url is None:
-        args.sglang_url = parser._env_lists["--sglang.url"]
+    for flag in ("--sglang.url", "--sglang.log-file", "--sglang.log-container",
+                 "--docker.container", "--docker.label"):
+        dest = dest_name(flag)
+        if getattr(args, dest) is None:
+            setattr(args, dest, parser._env_lists[flag])
     if args.log_level not in ("debug", "info", "warn", "warning", "error"):
         parser.error(f"--log.level: unknown level {args.log_level!r}")
     if not args.web_telemetry_path.startswith("/") or args.web_telemetry_path == "/":
@@ -174,6 +212,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     duplicates = sorted({s for s in servers if servers.count(s) > 1})
     if duplicates:
         parser.error(f"--sglang.url: the same server given twice: {', '.join(duplicates)}")
+    for flag in ("--sglang.log-file", "--sglang.log-container", "--docker.container"):
+        dest = dest_name(flag)
+        resolved = []
+        for target, value in getattr(args, dest):
+            if target is None and flag == "--docker.container" and len(args.sglang_url) != 1:
+                resolved.append(("", value))  # a container of no particular server
+                continue
+            if target is None:
+                if len(args.sglang_url) != 1:
+                    parser.error(f"{flag} {value}: say which server it belongs to "
+                                 f"(SGLANG_URL={value}), there are {len(args.sglang_url)}")
+                target = args.sglang_url[0]
+            if server_label(target) not in servers:
+                parser.error(f"{flag}: {target} is not one of the --sglang.url servers")
+            resolved.append((target, value))
+        setattr(args, dest, resolved)
     return args
 
 
@@ -195,8 +249,40 @@ def main(argv: list[str] | None = None) -> int:
         timeout=args.sglang_timeout,
         max_response_bytes=args.sglang_max_response_bytes,
     )
-    pollers = [TargetPoller(u, settings) for u in args.sglang_url] if args.collector_sglang else []
-    collectors = [SGLangCollector(pollers)] if args.collector_sglang else []
+    stop = threading.Event()
+    log_stats = {server_label(target): LogStats()
+                 for target, _ in args.sglang_log_file + args.sglang_log_container}
+    pollers = ([TargetPoller(u, settings, log_stats=log_stats.get(server_label(u)))
+                for u in args.sglang_url] if args.collector_sglang else [])
+    collectors: list = [SGLangCollector(pollers)] if args.collector_sglang else []
+    threads: list = []
+    log_sources: list = []
+    for target, path in args.sglang_log_file:
+        follower = FileFollower(path, log_stats[server_label(target)],
+                                server=server_label(target))
+        log_sources.append(follower)
+        threads.append(FollowThread(f"log {path}", follower.poll,
+                                    args.sglang_log_poll_interval))
+    docker = None
+    if args.collector_docker and (args.docker_container or args.docker_label
+                                  or args.sglang_log_container):
+        docker = docker_client()
+    if docker is not None:
+        source = ContainerSource(
+            docker, {name: server_label(t) if t else "" for t, name in args.docker_container},
+            dict(label.partition("=")[::2] for label in args.docker_label))
+        if args.docker_container or args.docker_label:
+            collectors.append(ContainerCollector(source))
+            threads.append(FollowThread("docker", source.poll, args.docker_poll_interval))
+        for target, container in args.sglang_log_container:
+            follower = DockerLogFollower(docker, container, log_stats[server_label(target)],
+                                         server=server_label(target))
+            log_sources.append(follower)
+            threads.append(follower)
+    elif args.sglang_log_container:
+        log.error("--sglang.log-container needs the Docker API; those logs are not followed")
+    if log_sources:
+        collectors.append(LogCollector(log_sources))
 
     registry = CollectorRegistry()
     registry.register(GuardedCollector(collectors))
@@ -207,11 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot listen on %s: %s", args.web_listen_address, err)
         return 1
 
-    stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     for poller in pollers:
         poller.start(stop)
+    for thread in threads:
+        thread.start(stop)
     host, port = server.server_address[:2]
     log.info("serving %s on %s:%s for %d SGLang server(s)", args.web_telemetry_path, host, port,
              len(pollers))

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from exporter import __version__
 from exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, PREFIX
+from exporter.log_stats import CONTEXT_BUCKETS
 from exporter.poller import Snapshot, TargetPoller
 
 log = logging.getLogger(__name__)
@@ -184,3 +185,106 @@ class GuardedCollector:
             yield from families
         yield success
         yield duration
+
+
+class LogCollector:
+    """Scheduler-log series per server, from LogStats snapshots, e.g.
+
+    sglang_obs_log_pending_prefill_tokens{server="10.0.0.5:30000"} 292965.0
+    """
+
+    name = "log"
+
+    def __init__(self, sources):
+        self._sources = list(sources)  # objects with .server, .kind, .stats, .up, .rotations
+
+    def describe(self):
+        return []
+
+    def collect(self) -> Iterator:
+        fam = {n: _family(n) for n in (
+            "log_source_up", "log_lines_total", "log_rotations_total",
+            "log_prefill_batches_total", "log_prefill_new_tokens_total",
+            "log_prefill_cached_tokens_total", "log_decode_reports_total",
+            "log_retracted_requests_total", "log_health_check_failures_total",
+            "log_pending_prefill_tokens", "log_queue_requests", "log_running_requests",
+            "log_running_batch_tokens", "log_input_throughput_tokens_per_second",
+            "log_gen_throughput_tokens_per_second", "log_spec_accept_length",
+            "log_prefill_context_tokens", "log_capacity_tokens", "log_max_running_requests",
+            "log_ready_timestamp_seconds", "log_last_line_timestamp_seconds")}
+        for source in self._sources:
+            snap = source.stats.snapshot()
+            server = [source.server]
+            fam["log_source_up"].add_metric([source.server, source.kind],
+                                            1.0 if source.up else 0.0)
+            for kind, count in sorted(snap.lines.items()):
+                fam["log_lines_total"].add_metric([source.server, kind], count)
+            for name, value in (
+                ("log_rotations_total", source.rotations),
+                ("log_prefill_batches_total", snap.prefill_batches),
+                ("log_prefill_new_tokens_total", snap.prefill_new_tokens),
+                ("log_prefill_cached_tokens_total", snap.prefill_cached_tokens),
+                ("log_decode_reports_total", snap.decode_reports),
+                ("log_retracted_requests_total", snap.retracted_requests),
+                ("log_health_check_failures_total", snap.health_check_failures),
+                ("log_pending_prefill_tokens", snap.pending_prefill_tokens),
+                ("log_queue_requests", snap.queue_requests),
+                ("log_running_requests", snap.running_requests),
+                ("log_running_batch_tokens", snap.running_batch_tokens),
+                ("log_input_throughput_tokens_per_second", snap.input_throughput),
+                ("log_gen_throughput_tokens_per_second", snap.gen_throughput),
+                ("log_spec_accept_length", snap.spec_accept_length),
+                ("log_capacity_tokens", snap.capacity.get("max_total_num_tokens")),
+                ("log_max_running_requests", snap.capacity.get("max_running_requests")),
+                ("log_ready_timestamp_seconds", snap.ready_timestamp),
+                ("log_last_line_timestamp_seconds", snap.last_line_timestamp),
+            ):
+                if value is not None:
+                    fam[name].add_metric(server, float(value))
+            buckets, running = [], 0
+            for bound, count in zip((*CONTEXT_BUCKETS, float("inf")), snap.context_buckets,
+                                    strict=True):
+                running += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+            fam["log_prefill_context_tokens"].add_metric(server, buckets, snap.context_sum)
+        yield from fam.values()
+
+
+class ContainerCollector:
+    """Container state from the last Docker API poll, e.g.
+
+    sglang_obs_container_restarts_total{container="sglang",server="10.0.0.5:30000"} 3.0
+    """
+
+    name = "docker"
+
+    def __init__(self, source):
+        self._source = source
+
+    def describe(self):
+        return []
+
+    def collect(self) -> Iterator:
+        up = _family("container_source_up")
+        up.add_metric([], 1.0 if self._source.up else 0.0)
+        names = ("container_info", "container_running", "container_restarts_total",
+                 "container_oom_kills_total", "container_oom_killed",
+                 "container_last_exit_code", "container_healthy",
+                 "container_start_time_seconds")
+        fam = {n: _family(n) for n in names}
+        for r in self._source.readings:
+            labels = [r.name, r.server]
+            fam["container_info"].add_metric(
+                labels, {"image": r.image, "state": r.state, "health": r.health})
+            fam["container_running"].add_metric(labels, 1.0 if r.running else 0.0)
+            fam["container_restarts_total"].add_metric(labels, r.restart_count)
+            fam["container_oom_kills_total"].add_metric(labels, r.oom_kills)
+            fam["container_oom_killed"].add_metric(labels, 1.0 if r.oom_killed else 0.0)
+            fam["container_last_exit_code"].add_metric(labels, r.exit_code)
+            if r.health:
+                fam["container_healthy"].add_metric(labels, 1.0 if r.health == "healthy"
+                                                    else 0.0)
+            if r.started_at is not None:
+                fam["container_start_time_seconds"].add_metric(labels, r.started_at)
+        yield up
+        yield from fam.values()

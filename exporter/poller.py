@@ -25,6 +25,7 @@ from exporter.http_fetch import (
     Response,
     fetch,
 )
+from exporter.log_stats import LogSnapshot, LogStats
 from exporter.queue_run import QueueRunState, QueueRunTracker
 from exporter.sglang_api import (
     Load,
@@ -104,6 +105,7 @@ class TargetPoller:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         fetcher: Callable[..., Response] = fetch,
+        log_stats: LogStats | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.server = server_label(self.base_url)
@@ -111,6 +113,7 @@ class TargetPoller:
         self._clock = clock
         self._wall = wall_clock
         self._fetch = fetcher  # the simulator's renderer polls it in-process, in simulated time
+        self.log_stats = log_stats  # the server's scheduler log, where one is followed
         self._queue = QueueRunTracker()
         self._errors = {(e, r): 0 for e in ENDPOINTS for r in ERROR_REASONS}
         self._polls = 0
@@ -171,7 +174,8 @@ class TargetPoller:
         derived = None
         if up:
             self._last_success = self._wall()
-            derived = derive(native, load, self._config, self._models_context)
+            log_snapshot = self.log_stats.snapshot() if self.log_stats else None
+            derived = derive(native, load, self._config, self._models_context, log_snapshot)
             if derived.waiting_requests is not None:
                 self._queue.observe(started, derived.waiting_requests)
         else:
@@ -281,22 +285,32 @@ def derive(
     load: Load | None,
     config: ServerConfig | None,
     models_context: float | None = None,
+    log: LogSnapshot | None = None,
 ) -> Derived:
-    """Combine one cycle's answers; live load beats scheduler gauges, which beat config."""
+    """Combine one cycle's answers; live load beats scheduler gauges, which beat config, which
+    beats the scheduler log (the only source of the backlog and the effective limit on older
+    releases)."""
     native = native or NativeMetrics()
     load = load or Load()
     config = config or ServerConfig()
+    ranks = max(config.dp_size or 1, 1)
+    capacity_line = log.capacity if log else {}
 
     def first(*values):
         return next((v for v in values if v is not None), None)
 
+    def per_server(value):  # the start-up line is one DP rank's
+        return None if value is None else value * ranks
+
     used = first(load.used_tokens, native.get("kv_used_tokens"), native.get("num_used_tokens"))
     capacity = first(
-        load.capacity_tokens, native.get("max_total_num_tokens"), config.max_total_num_tokens
+        load.capacity_tokens, native.get("max_total_num_tokens"), config.max_total_num_tokens,
+        per_server(capacity_line.get("max_total_num_tokens")),
     )
     running = first(load.running, native.get("num_running_reqs"))
     waiting = first(load.waiting, native.get("num_queue_reqs"))
-    max_running = first(load.max_running_requests, config.max_running_requests)
+    max_running = first(load.max_running_requests, config.max_running_requests,
+                        per_server(capacity_line.get("max_running_requests")))
     gen = first(load.gen_throughput, native.get("gen_throughput"))
     return Derived(
         model_name=config.model_name or native.model_name,
@@ -308,7 +322,8 @@ def derive(
         max_running_requests=max_running,
         running_requests_ratio=_ratio(running, max_running),
         decode_speed_per_request=_ratio(gen, running),
-        prefill_backlog_tokens=load.prefill_backlog_tokens,
+        prefill_backlog_tokens=first(load.prefill_backlog_tokens,
+                                     log.pending_prefill_tokens if log else None),
         context_length_tokens=first(
             native.get("context_len"), models_context, config.context_length
         ),

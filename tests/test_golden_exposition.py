@@ -9,18 +9,29 @@ import socket
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.catalogue import METRICS
-from exporter.collector import GuardedCollector, SGLangCollector
+from exporter.collector import (
+    ContainerCollector,
+    GuardedCollector,
+    LogCollector,
+    SGLangCollector,
+)
+from exporter.containers import ContainerSource
+from exporter.log_follow import FileFollower
+from exporter.log_stats import LogStats
 from exporter.poller import PollSettings, TargetPoller
 
 from conftest import ROOT
+from fake_docker import FakeContainer, FakeDocker
 from fake_sglang import json_route, text_route
 
 GOLDEN = ROOT / "tests" / "fixtures" / "exporter_golden.prom"
 # Wall-clock and timing values change every run.
 NONDETERMINISTIC = re.compile(
     r"^sglang_obs_(last_poll_success_timestamp_seconds|poll_duration_seconds|"
-    r"collector_duration_seconds)\{"
+    r"collector_duration_seconds|log_ready_timestamp_seconds|"
+    r"log_last_line_timestamp_seconds)\{"  # log times are local: they depend on TZ
 )
+LOG_FIXTURE = ROOT / "tests/fixtures/sglang/scheduler_0.5.12_tp4.log"
 
 SERVERS = {
     # 0.5.23 with DP attention: /v1/loads, /server_info
@@ -60,7 +71,7 @@ def closed_port():
         return s.getsockname()[1]
 
 
-def render(fake_sglang):
+def render(fake_sglang, tmp_path):
     pollers = []
     for label, routes in SERVERS.items():
         server = fake_sglang(routes)
@@ -72,19 +83,34 @@ def render(fake_sglang):
     dead = TargetPoller(f"http://127.0.0.1:{closed_port()}", PollSettings(timeout=1.0))
     dead.server = "sglang-dead:30000"
     pollers.append(dead)
+    # The scheduler log of the 0.5.5 server (it has no backlog of its own), read from the start.
+    stats = LogStats()
+    follower = FileFollower(str(tmp_path / "sglang.log"), stats, server="sglang-055:30000")
+    follower.poll()  # not there yet: once it appears it is read from its first line
+    (tmp_path / "sglang.log").write_bytes(LOG_FIXTURE.read_bytes())
+    follower.poll()
+    pollers[2].log_stats = stats
+    sglang = FakeContainer("sglang-055")
+    sglang.attrs["State"]["Health"] = {"Status": "healthy"}
+    docker = FakeDocker(sglang)
+    containers = ContainerSource(docker, {"sglang-055": "sglang-055:30000"})
+    containers.poll()
+    sglang.restart_after(137, oom=True)
+    containers.poll()
     for _ in range(3):
         for poller in pollers:
             poller.poll_once()
     registry = CollectorRegistry()
-    registry.register(GuardedCollector([SGLangCollector(pollers)]))
+    registry.register(GuardedCollector([SGLangCollector(pollers), LogCollector([follower]),
+                                        ContainerCollector(containers)]))
     text = generate_latest(registry).decode()
     return "".join(
         line + "\n" for line in text.splitlines() if not NONDETERMINISTIC.match(line)
     )
 
 
-def test_exposition_matches_golden_file(fake_sglang, request):
-    actual = render(fake_sglang)
+def test_exposition_matches_golden_file(fake_sglang, request, tmp_path):
+    actual = render(fake_sglang, tmp_path)
     if request.config.getoption("--update-golden"):
         GOLDEN.write_text(actual)
     expected = GOLDEN.read_text()

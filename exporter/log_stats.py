@@ -1,0 +1,142 @@
+"""What SGLang's scheduler log says that /metrics does not: aggregated from parsed lines.
+
+Fed one `exporter.sglang_log.ParsedLine` at a time (from a followed file, a container's log
+stream, or a saved log for `sglang-obs analyze-log`). Only numbers are kept: no line text ever
+reaches a metric or the exporter's own log.
+
+Per DP rank the last prefill and decode lines are kept, so gauges sum over DP ranks the way
+SGLang's load does; counters simply add up.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+from exporter.sglang_log import ParsedLine
+
+# Context size of single-request prefills (cached + new tokens), from 1K to 1M tokens.
+CONTEXT_BUCKETS = (1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 98304.0,
+                   131072.0, 196608.0, 262144.0, 524288.0, 1048576.0)
+KINDS = ("prefill", "decode", "retraction", "capacity", "ready", "health_check_failed",
+         "other", "unparsed")
+
+
+@dataclass
+class LogSnapshot:
+    """An immutable copy for the collector (no locking on the scrape path beyond the copy)."""
+
+    lines: dict[str, int]
+    prefill_batches: int
+    prefill_new_tokens: int
+    prefill_cached_tokens: int
+    decode_reports: int
+    retracted_requests: int
+    health_check_failures: int
+    pending_prefill_tokens: float | None
+    queue_requests: float | None
+    running_requests: float | None
+    running_batch_tokens: float | None
+    input_throughput: float | None
+    gen_throughput: float | None
+    spec_accept_length: float | None
+    capacity: dict[str, float]
+    ready_timestamp: float | None
+    last_line_timestamp: float | None
+    context_buckets: tuple[int, ...]
+    context_sum: float
+    context_count: int
+
+
+@dataclass
+class LogStats:
+    lines: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    prefill_batches: int = 0
+    prefill_new_tokens: int = 0
+    prefill_cached_tokens: int = 0
+    decode_reports: int = 0
+    retracted_requests: int = 0
+    health_check_failures: int = 0
+    capacity: dict[str, float] = field(default_factory=dict)
+    ready_timestamp: float | None = None
+    last_line_timestamp: float | None = None
+    _prefill: dict[int, dict] = field(default_factory=dict)  # dp rank -> fields of last line
+    _decode: dict[int, dict] = field(default_factory=dict)
+    _last: dict[int, dict] = field(default_factory=dict)  # last batch line of either kind
+    _context_counts: list[int] = field(default_factory=lambda: [0] * (len(CONTEXT_BUCKETS) + 1))
+    _context_sum: float = 0.0
+    _context_count: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def feed(self, parsed: ParsedLine | None, *, count: bool = True) -> None:
+        """Account one line; `count=False` only refreshes gauges (the history read at start)."""
+        with self._lock:
+            self._feed(parsed, count)
+
+    def _feed(self, parsed: ParsedLine | None, count: bool) -> None:
+        if parsed is None:
+            if count:
+                self.lines["unparsed"] += 1
+            return
+        if count:
+            self.lines[parsed.kind] = self.lines.get(parsed.kind, 0) + 1
+        if parsed.ts is not None:
+            self.last_line_timestamp = parsed.ts.timestamp()
+        f, dp = parsed.fields, parsed.ranks.get("DP", 0)
+        if parsed.kind in ("prefill", "decode"):
+            self._last[dp] = f
+        if parsed.kind == "prefill":
+            self._prefill[dp] = f
+            if count:
+                self.prefill_batches += 1
+                self.prefill_new_tokens += int(f.get("new_token", 0))
+                self.prefill_cached_tokens += int(f.get("cached_token", 0))
+                if f.get("new_seq") == 1:
+                    context = f.get("new_token", 0) + f.get("cached_token", 0)
+                    self._context_counts[bisect.bisect_left(CONTEXT_BUCKETS, context)] += 1
+                    self._context_sum += context
+                    self._context_count += 1
+        elif parsed.kind == "decode":
+            self._decode[dp] = f
+            if count:
+                self.decode_reports += 1
+        elif parsed.kind == "retraction" and count:
+            self.retracted_requests += int(f.get("retracted_reqs", 0))
+        elif parsed.kind == "health_check_failed" and count:
+            self.health_check_failures += 1
+        elif parsed.kind == "capacity":
+            self.capacity = {k: float(v) for k, v in f.items()}
+        elif parsed.kind == "ready" and parsed.ts is not None:
+            self.ready_timestamp = parsed.ts.timestamp()
+
+    def snapshot(self) -> LogSnapshot:
+        with self._lock:
+            return LogSnapshot(
+                lines=dict(self.lines), prefill_batches=self.prefill_batches,
+                prefill_new_tokens=self.prefill_new_tokens,
+                prefill_cached_tokens=self.prefill_cached_tokens,
+                decode_reports=self.decode_reports, retracted_requests=self.retracted_requests,
+                health_check_failures=self.health_check_failures,
+                pending_prefill_tokens=_sum(self._prefill, "pending_token"),
+                # The latest batch line of either kind tells the queue and the running batch.
+                queue_requests=_sum(self._last, "queue_req"),
+                running_requests=_sum(self._last, "running_req"),
+                running_batch_tokens=_sum(self._decode, "num_token"),
+                input_throughput=_sum(self._prefill, "input_throughput"),
+                gen_throughput=_sum(self._decode, "gen_throughput"),
+                spec_accept_length=_max(self._decode, "accept_len"),
+                capacity=dict(self.capacity), ready_timestamp=self.ready_timestamp,
+                last_line_timestamp=self.last_line_timestamp,
+                context_buckets=tuple(self._context_counts), context_sum=self._context_sum,
+                context_count=self._context_count)
+
+
+def _sum(per_rank: dict[int, dict], key: str) -> float | None:
+    values = [f[key] for f in per_rank.values() if key in f]
+    return float(sum(values)) if values else None
+
+
+def _max(per_rank: dict[int, dict], key: str) -> float | None:
+    values = [f[key] for f in per_rank.values() if key in f]
+    return float(max(values)) if values else None
