@@ -309,8 +309,11 @@ def derive(
     )
     running = first(load.running, native.get("num_running_reqs"))
     waiting = first(load.waiting, native.get("num_queue_reqs"))
-    max_running = first(load.max_running_requests, config.max_running_requests,
-                        per_server(capacity_line.get("max_running_requests")))
+    # The start-up line carries the effective limit; before 0.5.8 /server_info has only the
+    # command-line value, so the log beats it.
+    max_running = first(load.max_running_requests,
+                        per_server(capacity_line.get("max_running_requests")),
+                        config.max_running_requests)
     gen = first(load.gen_throughput, native.get("gen_throughput"))
     return Derived(
         model_name=config.model_name or native.model_name,
