@@ -3,6 +3,7 @@
     sglang-obs alert-sink [--listen 127.0.0.1:9095] [--log-file alerts.jsonl]
     sglang-obs rules [--check]          regenerate prometheus/rules from thresholds.yml
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
+    sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
 """
 
 from __future__ import annotations
@@ -31,7 +32,17 @@ def main(argv: list[str] | None = None) -> int:
     rules.add_argument("--check", action="store_true", help="fail if they are stale")
     detection = sub.add_parser("detection", help="regenerate docs/detection.md")
     detection.add_argument("scenarios", nargs="*", help="only these (printed, not written)")
+    analyze = sub.add_parser(
+        "analyze-log", help="the evidence in saved SGLang scheduler logs (plain or gzipped)")
+    analyze.add_argument("files", nargs="+", help="log files, oldest first")
+    analyze.add_argument("--json", action="store_true",
+                         help="print a machine-readable document (docs/log-analysis.md)")
+    analyze.add_argument("--csv-per-minute", metavar="OUT", help="write a per-minute CSV table")
     args = parser.parse_args(argv)
+    if args.command == "analyze-log":
+        from sglang_obs import analyze_log
+
+        return analyze_log.main(args.files, args.json, args.csv_per_minute)
     logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
 
     if args.command == "alert-sink":

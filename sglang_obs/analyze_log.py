@@ -1,0 +1,285 @@
+"""`sglang-obs analyze-log`: the evidence seed 000 assembled by hand, from saved SGLang logs.
+
+Reads scheduler logs (plain or gzipped, any release from 0.4.6, several files in order) and
+reports: the effective context of single-request prefills, the aggregate prefix-cache hit ratio,
+the pending-token, queue, running and full-token peaks with their times, the longest continuous
+queueing, and the top windows of sustained pressure. `--json` prints the same as a stable
+document (fields in docs/log-analysis.md); `--csv-per-minute` writes a per-minute table.
+Only numbers are read from the lines: no prompt text can reach the output.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import statistics
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from exporter.sglang_log import ParsedLine, parse_line
+
+SCHEMA_VERSION = 1
+TOP_WINDOWS = 5
+CSV_COLUMNS = ("minute", "prefill_batches", "new_tokens", "cached_tokens", "pending_peak",
+               "queue_peak", "running_peak", "full_token_peak", "gen_throughput_mean",
+               "retracted_requests")
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat(sep=" ") if ts else None
+
+
+@dataclass
+class Peak:
+    value: float = 0.0
+    at: datetime | None = None
+
+    def see(self, value: float | None, at: datetime | None) -> None:
+        if value is not None and (self.at is None or value > self.value):
+            self.value, self.at = value, at
+
+    def doc(self) -> dict:
+        return {"value": self.value if self.at else None, "at": _iso(self.at)}
+
+
+@dataclass
+class Minute:
+    prefill_batches: int = 0
+    new_tokens: int = 0
+    cached_tokens: int = 0
+    pending_peak: float = 0
+    queue_peak: float = 0
+    running_peak: float = 0
+    full_token_peak: float = 0
+    gen_throughputs: list[float] = field(default_factory=list)
+    retracted_requests: int = 0
+
+    @property
+    def pressured(self) -> bool:
+        return self.queue_peak > 0 or self.pending_peak > 0
+
+
+@dataclass
+class Analysis:
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+    parsed: dict[str, int] = field(default_factory=dict)
+    first: datetime | None = None
+    last: datetime | None = None
+    contexts: list[tuple[datetime | None, int]] = field(default_factory=list)
+    new_tokens: int = 0
+    cached_tokens: int = 0
+    pending: Peak = field(default_factory=Peak)
+    queue: Peak = field(default_factory=Peak)
+    running: Peak = field(default_factory=Peak)
+    full_tokens: Peak = field(default_factory=Peak)
+    retracted_requests: int = 0
+    longest_queueing_seconds: float = 0.0
+    longest_queueing_from: datetime | None = None
+    _queue_since: dict[int, datetime] = field(default_factory=dict)  # per DP rank
+    minutes: dict[datetime, Minute] = field(default_factory=dict)
+
+    def feed(self, parsed: ParsedLine | None) -> None:
+        self.lines += 1
+        kind = parsed.kind if parsed else "unparsed"
+        self.parsed[kind] = self.parsed.get(kind, 0) + 1
+        if parsed is None or parsed.ts is None:
+            return
+        ts, f = parsed.ts, parsed.fields
+        self.first = ts if self.first is None else min(self.first, ts)
+        self.last = ts if self.last is None else max(self.last, ts)
+        minute = self.minutes.setdefault(ts.replace(second=0, microsecond=0), Minute())
+        if parsed.kind == "retraction":
+            n = int(f.get("retracted_reqs", 0))
+            self.retracted_requests += n
+            minute.retracted_requests += n
+        if parsed.kind not in ("prefill", "decode"):
+            return
+        queue, running = f.get("queue_req"), f.get("running_req")
+        self.queue.see(queue, ts)
+        self.running.see(running, ts)
+        minute.queue_peak = max(minute.queue_peak, queue or 0)
+        minute.running_peak = max(minute.running_peak, running or 0)
+        self._queueing(parsed.ranks.get("DP", 0), queue, ts)
+        if parsed.kind == "prefill":
+            new, cached = int(f.get("new_token", 0)), int(f.get("cached_token", 0))
+            self.new_tokens += new
+            self.cached_tokens += cached
+            minute.prefill_batches += 1
+            minute.new_tokens += new
+            minute.cached_tokens += cached
+            if f.get("new_seq") == 1:
+                self.contexts.append((ts, new + cached))
+            self.pending.see(f.get("pending_token"), ts)
+            minute.pending_peak = max(minute.pending_peak, f.get("pending_token", 0))
+        else:
+            self.full_tokens.see(f.get("num_token"), ts)
+            minute.full_token_peak = max(minute.full_token_peak, f.get("num_token", 0))
+            if "gen_throughput" in f:
+                minute.gen_throughputs.append(f["gen_throughput"])
+
+    def _queueing(self, rank: int, queue: float | None, ts: datetime) -> None:
+        """A run lasts from the first batch line with a queue to the first one without."""
+        if queue is None:
+            return
+        if queue > 0:
+            self._queue_since.setdefault(rank, ts)
+        elif rank in self._queue_since:
+            self._close_run(self._queue_since.pop(rank), ts)
+
+    def _close_run(self, start: datetime, end: datetime) -> None:
+        seconds = (end - start).total_seconds()
+        if seconds > self.longest_queueing_seconds:
+            self.longest_queueing_seconds, self.longest_queueing_from = seconds, start
+
+    def finish(self) -> None:
+        for start in self._queue_since.values():  # still queueing when the log ends
+            self._close_run(start, self.last)
+        self._queue_since.clear()
+
+    # -- outputs --------------------------------------------------------------------------
+    def windows(self) -> list[dict]:
+        """Runs of consecutive minutes with a queue or a backlog, biggest prefill load first."""
+        runs, current = [], []
+        for minute in sorted(self.minutes):
+            if self.minutes[minute].pressured and (
+                    not current or minute - current[-1] == timedelta(minutes=1)):
+                current.append(minute)
+                continue
+            if current:
+                runs.append(current)
+            current = [minute] if self.minutes[minute].pressured else []
+        if current:
+            runs.append(current)
+        docs = []
+        for run in runs:
+            ms = [self.minutes[m] for m in run]
+            docs.append({
+                "from": _iso(run[0]), "to": _iso(run[-1] + timedelta(minutes=1)),
+                "minutes": len(run), "prefill_batches": sum(m.prefill_batches for m in ms),
+                "new_tokens": sum(m.new_tokens for m in ms),
+                "pending_peak": max(m.pending_peak for m in ms),
+                "queue_peak": max(m.queue_peak for m in ms),
+                "running_peak": max(m.running_peak for m in ms),
+                "full_token_peak": max(m.full_token_peak for m in ms)})
+        docs.sort(key=lambda d: (-d["new_tokens"], d["from"]))
+        return docs[:TOP_WINDOWS]
+
+    def document(self) -> dict:
+        contexts = [c for _, c in self.contexts]
+        total = self.new_tokens + self.cached_tokens
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "files": self.files,
+            "lines": {"total": self.lines, **dict(sorted(self.parsed.items()))},
+            "time_range": {"from": _iso(self.first), "to": _iso(self.last)},
+            "context_tokens": {
+                "requests": len(contexts),
+                "mean": statistics.fmean(contexts) if contexts else None,
+                "median": statistics.median(contexts) if contexts else None,
+                "max": max(contexts) if contexts else None,
+                "first": contexts[0] if contexts else None,
+                "last": contexts[-1] if contexts else None,
+            },
+            "prefill_tokens": {"new": self.new_tokens, "cached": self.cached_tokens,
+                               "cache_hit_ratio": self.cached_tokens / total if total else None},
+            "peaks": {"pending_tokens": self.pending.doc(), "queue_requests": self.queue.doc(),
+                      "running_requests": self.running.doc(),
+                      "full_tokens": self.full_tokens.doc()},
+            "longest_queueing": {"seconds": self.longest_queueing_seconds,
+                                 "from": _iso(self.longest_queueing_from)},
+            "retracted_requests": self.retracted_requests,
+            "pressure_windows": self.windows(),
+        }
+
+    def per_minute_rows(self) -> Iterator[list]:
+        for minute in sorted(self.minutes):
+            m = self.minutes[minute]
+            gen = statistics.fmean(m.gen_throughputs) if m.gen_throughputs else ""
+            yield [_iso(minute), m.prefill_batches, m.new_tokens, m.cached_tokens,
+                   m.pending_peak, m.queue_peak, m.running_peak, m.full_token_peak,
+                   round(gen, 2) if gen != "" else "", m.retracted_requests]
+
+
+def _open(path: Path):
+    with open(path, "rb") as probe:
+        gz = probe.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
+
+
+def analyze(paths: Iterable[Path]) -> Analysis:
+    result = Analysis()
+    for path in paths:
+        result.files.append(str(path))
+        with _open(path) as fh:
+            for line in fh:
+                result.feed(parse_line(line.rstrip(b"\r\n")))
+    result.finish()
+    return result
+
+
+def text_report(doc: dict) -> str:
+    c, p, t = doc["context_tokens"], doc["peaks"], doc["prefill_tokens"]
+
+    def peak(name, unit=""):
+        v = p[name]
+        return "—" if v["value"] is None else f"{v['value']:,.0f}{unit} at {v['at']}"
+
+    hit = t["cache_hit_ratio"]
+    lines = [
+        f"Log: {doc['lines']['total']:,} lines from {doc['time_range']['from']} to "
+        f"{doc['time_range']['to']} ({', '.join(doc['files'])})",
+        "",
+        f"Effective context per request (#new-seq: 1 prefills, {c['requests']:,}): "
+        + ("—" if not c["requests"] else
+           f"mean {c['mean']:,.0f} tokens, median {c['median']:,.0f}, max {c['max']:,.0f}; "
+           f"first {c['first']:,.0f}, last {c['last']:,.0f}"),
+        f"Prefix cache hit ratio: {'—' if hit is None else f'{hit:.1%}'} "
+        f"({t['cached']:,} cached of {t['cached'] + t['new']:,} prompt tokens)",
+        f"Pending prefill tokens, peak: {peak('pending_tokens')}",
+        f"Queued requests, peak: {peak('queue_requests')}",
+        f"Longest continuous queueing: {doc['longest_queueing']['seconds']:.0f} s from "
+        f"{doc['longest_queueing']['from'] or '—'}",
+        f"Running requests, peak: {peak('running_requests')}",
+        f"Full-token (running batch KV) peak: {peak('full_tokens')}",
+        f"Retracted requests: {doc['retracted_requests']:,}",
+        "",
+        "Sustained pressure (minutes with a queue or a backlog), most prefill work first:",
+    ]
+    for w in doc["pressure_windows"] or []:
+        lines.append(
+            f"  {w['from']} – {w['to']}: {w['prefill_batches']} prefill batches, "
+            f"{w['new_tokens']:,} new tokens, pending peak {w['pending_peak']:,.0f}, queue peak "
+            f"{w['queue_peak']:.0f}, running peak {w['running_peak']:.0f}, full-token peak "
+            f"{w['full_token_peak']:,.0f}")
+    if not doc["pressure_windows"]:
+        lines.append("  none")
+    return "\n".join(lines) + "\n"
+
+
+def main(files: list[str], as_json: bool, csv_out: str | None) -> int:
+    paths = [Path(f) for f in files]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        print(f"sglang-obs analyze-log: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        result = analyze(paths)
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        print(f"sglang-obs analyze-log: cannot read: {err}", file=sys.stderr)
+        return 2
+    doc = result.document()
+    if result.first is None:
+        print("sglang-obs analyze-log: no SGLang scheduler lines found", file=sys.stderr)
+        return 1
+    if csv_out:
+        with open(csv_out, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(CSV_COLUMNS)
+            writer.writerows(result.per_minute_rows())
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if as_json else text_report(doc))
+    return 0

@@ -1,0 +1,156 @@
+"""`sglang-obs analyze-log` over a generated multi-hour log whose true peaks are known."""
+
+import csv
+import gzip
+import json
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from sglang_obs.analyze_log import CSV_COLUMNS
+from simulator import scenario as scenarios
+from simulator.events import DecodeBatch, PrefillBatch, Retraction
+from simulator.logs import format_event
+from simulator.simulation import Simulation
+
+from conftest import ROOT
+
+EXE = str(Path(sys.executable).parent / "sglang-obs")
+START = 1_785_232_800.0  # 2026-07-28 10:00:00 UTC
+HOURS = 3
+
+
+def second(ts):
+    """The log prints whole seconds (no SGLANG_LOG_MS), in UTC for the simulator."""
+    return datetime.fromtimestamp(int(ts), tz=timezone.utc).replace(tzinfo=None)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """Three hours of seed-000-like traffic, its log (split in two files, the older gzipped),
+    and the truth computed from the simulator's own events."""
+    base = scenarios.load("long-context-incident")
+    sc = scenarios.from_dict({
+        "duration": HOURS * 3600, "seed": 5, "release": "0.5.12", "warm_cache": 0.6,
+        "server": {**base.server.__dict__}, "perf": {**base.perf.__dict__},
+        "load": [
+            {"at": 0, "rate": 0.06, "input_tokens": {"ramp": [60000, 170000]},
+             "cached_fraction": {"uniform": [0.98, 0.999]},
+             "output_tokens": {"normal": [1200, 400]}},
+            *({"at": at, "burst": 3, "spread": 10, "input_tokens": {"uniform": [90000, 110000]},
+               "cached_fraction": {"uniform": [0.0, 0.3]},
+               "output_tokens": {"normal": [4000, 800]}} for at in (1800, 5400, 9000)),
+        ]})
+    events = []
+    sim = Simulation(sc, start_ts=START, on_event=events.append)
+    sim.advance(sc.duration)
+    lines = [format_event(e, "0.5.12", tp_size=4) for e in events]
+    out = tmp_path_factory.mktemp("logs")
+    half = len(lines) // 2
+    with gzip.open(out / "sglang.log.1.gz", "wt") as f:
+        f.write("\n".join(lines[:half]) + "\n")
+    (out / "sglang.log").write_text("\n".join(lines[half:]) + "\n"
+                                    "Traceback (most recent call last): not a scheduler line\n")
+    return out, events
+
+
+def truth(events):
+    batches = [e for e in events if isinstance(e, PrefillBatch | DecodeBatch)]
+    prefill = [e for e in batches if isinstance(e, PrefillBatch)]
+    decode = [e for e in batches if isinstance(e, DecodeBatch)]
+
+    def peak(items, attr):
+        best = None
+        for e in items:
+            if best is None or getattr(e, attr) > getattr(best, attr):
+                best = e
+        return {"value": float(getattr(best, attr)), "at": second(best.ts).isoformat(sep=" ")}
+
+    longest, since = 0.0, None
+    for e in batches:
+        if e.queue_req > 0 and since is None:
+            since = second(e.ts)
+        elif e.queue_req == 0 and since is not None:
+            longest = max(longest, (second(e.ts) - since).total_seconds())
+            since = None
+    new = sum(e.new_token for e in prefill)
+    cached = sum(e.cached_token for e in prefill)
+    return {
+        "pending_tokens": peak(prefill, "pending_token"),
+        "queue_requests": peak(batches, "queue_req"),
+        "running_requests": peak(batches, "running_req"),
+        "full_tokens": peak(decode, "num_token"),
+        "longest_queueing": longest,
+        "cache_hit_ratio": cached / (new + cached),
+        "retracted": sum(e.retracted_reqs for e in events if isinstance(e, Retraction)),
+        "single_request_prefills": sum(1 for e in prefill if e.new_seq == 1),
+    }
+
+
+def test_json_matches_the_known_peaks_exactly(generated):
+    out, events = generated
+    result = subprocess.run([EXE, "analyze-log", str(out / "sglang.log.1.gz"),
+                             str(out / "sglang.log"), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    want = truth(events)
+    assert doc["peaks"]["pending_tokens"] == want["pending_tokens"]
+    assert doc["peaks"]["queue_requests"] == want["queue_requests"]
+    assert doc["peaks"]["running_requests"] == want["running_requests"]
+    assert doc["peaks"]["full_tokens"] == want["full_tokens"]
+    assert doc["longest_queueing"]["seconds"] == want["longest_queueing"]
+    assert doc["prefill_tokens"]["cache_hit_ratio"] == pytest.approx(want["cache_hit_ratio"])
+    assert doc["retracted_requests"] == want["retracted"]
+    assert doc["context_tokens"]["requests"] == want["single_request_prefills"]
+    assert doc["lines"]["unparsed"] == 1
+    span = doc["time_range"]
+    hours = (datetime.fromisoformat(span["to"]) - datetime.fromisoformat(span["from"]))
+    assert hours.total_seconds() > (HOURS - 0.5) * 3600
+    assert len(doc["pressure_windows"]) >= 3  # the three cold bursts at least
+
+
+def test_text_report_and_per_minute_csv(generated, tmp_path):
+    out, events = generated
+    csv_path = tmp_path / "minutes.csv"
+    result = subprocess.run([EXE, "analyze-log", str(out / "sglang.log.1.gz"),
+                             str(out / "sglang.log"), "--csv-per-minute", str(csv_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    want = truth(events)
+    assert f"Pending prefill tokens, peak: {want['pending_tokens']['value']:,.0f}" in result.stdout
+    assert "Sustained pressure" in result.stdout
+    rows = list(csv.reader(csv_path.open()))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert len(rows) > HOURS * 50
+    assert max(float(r[4]) for r in rows[1:]) == want["pending_tokens"]["value"]
+
+
+def test_every_json_field_is_documented(generated):
+    out, _ = generated
+    doc = json.loads(subprocess.run([EXE, "analyze-log", str(out / "sglang.log"), "--json"],
+                                    capture_output=True, text=True).stdout)
+    text = (ROOT / "docs/log-analysis.md").read_text()
+    for key, value in doc.items():
+        assert f"`{key}" in text, key
+        if isinstance(value, dict):
+            for sub in value:
+                assert re.search(rf"`{key}\.{sub}`|`\.{sub}`|\.{sub}[`,]|`{key}\.<kind>`", text) \
+                    or sub in ("total",), f"{key}.{sub}"
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["/nonexistent.log"], 2, "no such file"),
+    (["{empty}"], 1, "no SGLang scheduler lines"),
+])
+def test_bad_input_gives_a_clear_message(tmp_path, args, code, message):
+    empty = tmp_path / "empty.log"
+    empty.write_text("hello\n")
+    result = subprocess.run([EXE, "analyze-log", *[a.format(empty=empty) for a in args]],
+                            capture_output=True, text=True)
+    assert result.returncode == code
+    assert message in result.stderr
