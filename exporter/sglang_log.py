@@ -217,10 +217,21 @@ def _message(msg: str) -> tuple[str, dict[str, float | int | bool]]:
     return "other", {}
 
 
+# Another logger's wrapper in front of SGLang's line: `docker compose logs` ("sglang-1  | "),
+# the CRI format ("2026-…Z stdout F "), journald ("Nov 29 11:51:14 host python[123]: ").
+_WRAPPED_START = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+MAX_WRAPPER = 120
+
+
 def _parse(line: str) -> ParsedLine | None:
     m = _PREFIX.match(line)
     if m is None:
-        return None
+        start = _WRAPPED_START.search(line, 0, MAX_WRAPPER + 21)
+        if start is None or start.start() > MAX_WRAPPER:
+            return None
+        m = _PREFIX.match(line, start.start())
+        if m is None:
+            return None
     year, month, day, hour, minute, second, ms, rank_text = m.groups()
     try:
         ts: datetime | None = datetime(

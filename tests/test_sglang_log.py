@@ -483,7 +483,6 @@ def test_prefix_details():
     '{"ts": "2026-10-30T01:04:05", "msg": "Decode batch, #running-req: 1, #token: 1"}',
     "Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: 0.01, "
     "#running-req: 0, #queue-req: 0",
-    " [2026-10-30 01:04:05] Prefill batch, #new-seq: 1",
     "[2026-10-30 01:04:05]Prefill batch, #new-seq: 1",
     "[2026-10-30T01:04:05] Prefill batch, #new-seq: 1",
     "[2026-10-30 01:04:05 XX0] Prefill batch, #new-seq: 1",
@@ -607,3 +606,33 @@ def test_prefix_carries_no_rank_for_size_one():
         assert ("PP" in ranks) == (pp > 1)
         # 0.4.6.post5 never printed EP (reference §10: DP, TP, PP).
         assert ("EP" in ranks) == (ep > 1 and not release.startswith("0.4"))
+
+
+PREFILL_0512 = ("[2026-11-29 11:51:14 TP0] Prefill batch, #new-seq: 1, #new-token: 4096, "
+                "#cached-token: 0, token usage: 0.05, #running-req: 6, #queue-req: 3, "
+                "#pending-token: 208013, cuda graph: False, input throughput (token/s): 1536.21")
+
+
+@pytest.mark.parametrize("wrapper", [
+    "",
+    " ",  # odd spacing before the prefix
+    "sglang-1  | ",  # docker compose logs
+    "2026-11-29T11:51:14.123456789Z stdout F ",  # the CRI log format (containerd, Kubernetes)
+    "Nov 29 11:51:14 gpu-01 python3[4242]: ",  # journald / syslog
+])
+def test_lines_wrapped_by_another_logger_still_parse(wrapper):
+    parsed = parse_line(wrapper + PREFILL_0512)
+    assert parsed.kind == "prefill"
+    assert parsed.fields["pending_token"] == 208013
+    assert parsed.ranks == {"TP": 0}
+
+
+def test_odd_spacing_inside_the_message_still_parses():
+    parsed = parse_line(PREFILL_0512.replace(", #", ",  #").replace(": 4096", ":  4096"))
+    assert parsed.kind == "prefill"
+    assert parsed.fields["new_token"] == 4096
+
+
+def test_a_wrapper_too_long_to_be_one_is_not_parsed():
+    assert parse_line("x" * 200 + PREFILL_0512) is None
+
