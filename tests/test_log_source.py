@@ -241,4 +241,5 @@ def test_exporter_shows_a_logged_backlog_within_one_poll_interval(fake_sglang, t
     finally:
         proc.terminate()
         proc.wait(timeout=5)
+    print(f"log line to both series: {elapsed:.3f} s")
     assert elapsed <= 1.0, f"{elapsed:.2f}s: more than one poll interval (0.5 s) plus a poll"
