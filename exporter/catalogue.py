@@ -25,6 +25,7 @@ SERVER = ("server",)
 SERVER_MODEL = ("server", "model_name")
 # Container series carry the server they run (empty when not mapped), so they join on instance.
 CONTAINER = ("container", "server")
+GPU = ("gpu", "uuid")
 
 CONFIG_INFO_LABELS = (
     "version",
@@ -65,6 +66,7 @@ def _m(name, kind, labels, help_, group):
 HEALTH = "Exporter health"
 LOG = "Scheduler log"
 CONTAINERS = "Containers"
+GPUS = "GPUs"
 LOAD = "Derived load signals"
 CONFIG = "Effective server configuration"
 
@@ -189,6 +191,96 @@ METRICS: tuple[MetricSpec, ...] = (
        "1 healthy, 0 unhealthy or starting; absent without a healthcheck.", CONTAINERS),
     _m("container_start_time_seconds", "gauge", CONTAINER,
        "When the container last started (Unix time).", CONTAINERS),
+    # -- GPUs (exporter/nvml.py); the NVML call is named in each help -------------------------
+    _m("gpu_collector_up", "gauge", (),
+       "1 if NVML answered and at least one GPU was read in the last cycle, else 0 (no "
+       "library, no driver, no GPU, or all lost).", GPUS),
+    _m("gpu_device_count", "gauge", (), "GPUs NVML reports (nvmlDeviceGetCount).", GPUS),
+    _m("gpu_collection_duration_seconds", "gauge", (),
+       "Time the last sampling cycle took.", GPUS),
+    _m("gpu_last_collection_success_timestamp_seconds", "gauge", (),
+       "Unix time of the last cycle that read a GPU.", GPUS),
+    _m("gpu_collection_errors_total", "counter", ("reason",),
+       "NVML failures by reason (gpu_lost, unknown, driver_not_loaded, version_mismatch, ...).",
+       GPUS),
+    _m("gpu_nvml_inits_total", "counter", (), "NVML initialisations (nvmlInit), re-inits "
+       "after a lost GPU included.", GPUS),
+    _m("gpu_info", "info", (*GPU, "name", "pci_bus_id", "driver_version", "cuda_driver_version",
+                            "mig_mode"),
+       "GPU identity (nvmlDeviceGetName, GetPciInfo, SystemGetDriverVersion, "
+       "SystemGetCudaDriverVersion, GetMigMode); value 1.", GPUS),
+    _m("gpu_device_up", "gauge", GPU,
+       "1 if the GPU was read in the last cycle, 0 if it is lost (GpuIsLost, Unknown, ...); "
+       "kept for every GPU seen since start.", GPUS),
+    _m("gpu_utilization_ratio", "gauge", GPU,
+       "Share of time a kernel ran (nvmlDeviceGetUtilizationRates.gpu / 100). Not saturation. "
+       "Absent with MIG on.", GPUS),
+    _m("gpu_memory_utilization_ratio", "gauge", GPU,
+       "Share of time the memory controller was busy (GetUtilizationRates.memory / 100); not "
+       "memory fullness.", GPUS),
+    _m("gpu_memory_used_bytes", "gauge", GPU,
+       "Memory used (nvmlDeviceGetMemoryInfo v2 .used: matches nvidia-smi). SGLang "
+       "preallocates, so this is high even when idle.", GPUS),
+    _m("gpu_memory_reserved_bytes", "gauge", GPU,
+       "Memory reserved by the driver (GetMemoryInfo v2 .reserved).", GPUS),
+    _m("gpu_memory_total_bytes", "gauge", GPU, "Memory total (GetMemoryInfo .total).", GPUS),
+    _m("gpu_temperature_celsius", "gauge", GPU,
+       "GPU temperature (nvmlDeviceGetTemperatureV, else GetTemperature).", GPUS),
+    _m("gpu_memory_temperature_celsius", "gauge", GPU,
+       "HBM temperature (field NVML_FI_DEV_MEMORY_TEMP); absent on consumer GPUs.", GPUS),
+    _m("gpu_power_watts", "gauge", GPU, "Power draw (nvmlDeviceGetPowerUsage, mW / 1000).",
+       GPUS),
+    _m("gpu_power_limit_watts", "gauge", GPU,
+       "Enforced power limit (nvmlDeviceGetEnforcedPowerLimit, mW / 1000).", GPUS),
+    _m("gpu_energy_joules_total", "counter", GPU,
+       "Energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption, mJ / 1000).", GPUS),
+    _m("gpu_sm_clock_hertz", "gauge", GPU, "SM clock (nvmlDeviceGetClockInfo SM, MHz x 1e6).",
+       GPUS),
+    _m("gpu_sm_clock_max_hertz", "gauge", GPU, "Maximum SM clock (GetMaxClockInfo SM).", GPUS),
+    _m("gpu_memory_clock_hertz", "gauge", GPU, "Memory clock (GetClockInfo MEM).", GPUS),
+    _m("gpu_memory_clock_max_hertz", "gauge", GPU, "Maximum memory clock (GetMaxClockInfo MEM).",
+       GPUS),
+    _m("gpu_clock_event_active", "gauge", (*GPU, "reason"),
+       "1 while a clock event (throttle) reason is active: gpu_idle, sw_power_cap, "
+       "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ... "
+       "(nvmlDeviceGetCurrentClocksEventReasons, supported reasons only).", GPUS),
+    _m("gpu_pcie_link_generation", "gauge", GPU,
+       "Current PCIe link generation (GetCurrPcieLinkGeneration).", GPUS),
+    _m("gpu_pcie_link_generation_max", "gauge", GPU,
+       "Maximum PCIe link generation (GetMaxPcieLinkGeneration).", GPUS),
+    _m("gpu_pcie_link_width", "gauge", GPU, "Current PCIe link width in lanes "
+       "(GetCurrPcieLinkWidth).", GPUS),
+    _m("gpu_pcie_link_width_max", "gauge", GPU, "Maximum PCIe link width (GetMaxPcieLinkWidth).",
+       GPUS),
+    _m("gpu_pcie_replay_errors_total", "counter", GPU,
+       "PCIe replays, a signal-integrity problem (nvmlDeviceGetPcieReplayCounter).", GPUS),
+    _m("gpu_ecc_errors_volatile_total", "counter", (*GPU, "type"),
+       "ECC errors since the driver loaded, type corrected|uncorrected "
+       "(nvmlDeviceGetTotalEccErrors VOLATILE); absent without ECC.", GPUS),
+    _m("gpu_ecc_errors_aggregate_total", "counter", (*GPU, "type"),
+       "ECC errors over the GPU's lifetime (GetTotalEccErrors AGGREGATE).", GPUS),
+    _m("gpu_remapped_rows_total", "counter", (*GPU, "type"),
+       "Rows remapped, type correctable|uncorrectable (nvmlDeviceGetRemappedRows); Ampere+, "
+       "absent with MIG on.", GPUS),
+    _m("gpu_remapped_rows_pending", "gauge", GPU,
+       "1 if a remap waits for a GPU reset (GetRemappedRows).", GPUS),
+    _m("gpu_remapped_rows_failure", "gauge", GPU,
+       "1 if row remapping failed: NVIDIA's RMA criterion (GetRemappedRows).", GPUS),
+    _m("gpu_xid_errors_total", "counter", (*GPU, "xid"),
+       "Xid events since the exporter started (nvmlEventSetWait; GpuIsLost counts as 79).",
+       GPUS),
+    _m("gpu_xid_last_timestamp_seconds", "gauge", (*GPU, "xid"),
+       "When each Xid was last seen (Unix time): alert on this, not on the counter.", GPUS),
+    _m("gpu_sm_active_ratio", "gauge", GPU, "SM activity (GPM SM_UTIL / 100); Hopper+.", GPUS),
+    _m("gpu_sm_occupancy_ratio", "gauge", GPU, "SM occupancy (GPM SM_OCCUPANCY / 100).", GPUS),
+    _m("gpu_tensor_active_ratio", "gauge", GPU, "Tensor core activity (GPM ANY_TENSOR_UTIL "
+       "/ 100).", GPUS),
+    _m("gpu_dram_bandwidth_ratio", "gauge", GPU, "DRAM bandwidth use (GPM DRAM_BW_UTIL / 100).",
+       GPUS),
+    _m("gpu_process_memory_bytes", "gauge", (*GPU, "server"),
+       "GPU memory of compute processes summed per SGLang server, matched by process tree, "
+       "never by command line; server \"\" when unmatched "
+       "(nvmlDeviceGetComputeRunningProcesses; opt-in --collector.nvml.processes).", GPUS),
     _m("server_config_info", "info", (*SERVER_MODEL, *CONFIG_INFO_LABELS),
        "Effective server configuration from /server_info (changes only on restart); value 1.",
        CONFIG),

@@ -17,12 +17,22 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.collector import ContainerCollector, GuardedCollector, LogCollector, SGLangCollector
+from exporter.collector import (
+    ContainerCollector,
+    GpuCollector,
+    GuardedCollector,
+    LogCollector,
+    SGLangCollector,
+)
 from exporter.containers import ContainerSource, docker_client
+from exporter.gpu import GpuSampler
 from exporter.log_follow import DockerLogFollower, FileFollower, FollowThread
 from exporter.log_stats import LogStats
+from exporter.nvml import NvmlBackend
 from exporter.poller import PollSettings, TargetPoller, server_label
+from exporter.process_match import ProcessServers
 from exporter.web import make_app, parse_listen_address, serve
+from exporter.xid import XidWatcher
 
 log = logging.getLogger("exporter")
 
@@ -182,10 +192,22 @@ def build_parser() -> _Parser:
                 "sglang-obs.server=HOST:PORT on a container names its server.")
     parser.flag("--docker.poll-interval", type=duration, default="5s",
                 help="How often the Docker API is asked for container state.")
+    parser.flag("--collector.nvml.interval", type=duration, default="5s",
+                help="How often GPUs are sampled through NVML, whatever the scrape rate "
+                "(sampling every 100 ms measurably slows decoding).")
+    parser.flag("--collector.nvml.simulator-feed", type=url,
+                help="Demo only: read simulated GPUs from `sglang-sim --gpu-feed` at this URL "
+                "(e.g. http://sglang-sim:30000/sim/gpu). Refused when a real GPU answers NVML.")
     parser.flag("--log.level", type=str.lower, default="info",
                 help="Log level: debug, info, warn or error.")
     parser.toggle("--collector.sglang", default=True,
                   help="Poll the SGLang servers given by --sglang.url.")
+    parser.toggle("--collector.nvml", default=True,
+                  help="GPU metrics through NVML. On a host without GPUs it reports itself "
+                  "down (sglang_obs_gpu_collector_up 0) with one log line.")
+    parser.toggle("--collector.nvml.processes", default=False,
+                  help="Also GPU memory per SGLang server, matched by process tree (needs the "
+                  "host's pid namespace).")
     parser.toggle("--collector.docker", default=True,
                   help="Report container state through the Docker API (read-only). Turns itself "
                   "off, with one log line, when no Docker API is reachable.")
@@ -229,6 +251,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             resolved.append((target, value))
         setattr(args, dest, resolved)
     return args
+
+
+def gpu_sampler(args) -> GpuSampler | None:
+    nvml = None
+    if args.collector_nvml_simulator_feed:
+        from simulator.fake_nvml import FakeNvml, RealGpuPresent  # noqa: PLC0415 - demo only
+
+        try:
+            nvml = FakeNvml.from_feed(args.collector_nvml_simulator_feed)
+        except RealGpuPresent as err:
+            log.error("%s; reporting the real GPUs", err)
+    try:
+        backend = NvmlBackend(nvml, processes=args.collector_nvml_processes)
+    except ImportError:
+        log.warning("GPU collector off: the nvidia-ml-py package is not installed")
+        return None
+    xid = XidWatcher(backend.nvml)
+    return GpuSampler(backend, xid, interval=args.collector_nvml_interval)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--sglang.log-container needs the Docker API; those logs are not followed")
     if log_sources:
         collectors.append(LogCollector(log_sources))
+    if args.collector_nvml:
+        sampler = gpu_sampler(args)
+        if sampler is not None:
+            ports = {int(server_label(u).rsplit(":", 1)[1]): server_label(u)
+                     for u in args.sglang_url}
+            collectors.append(GpuCollector(sampler, ProcessServers(ports)))
+            threads.append(sampler)
 
     registry = CollectorRegistry()
     registry.register(GuardedCollector(collectors))

@@ -288,3 +288,86 @@ class ContainerCollector:
                 fam["container_start_time_seconds"].add_metric(labels, r.started_at)
         yield up
         yield from fam.values()
+
+
+class GpuCollector:
+    """GPU series from the last NVML sampling cycle, e.g.
+
+    sglang_obs_gpu_power_watts{gpu="0",uuid="GPU-5d3c..."} 412.5
+    """
+
+    name = "nvml"
+    _PER_GPU = ("utilization_ratio", "memory_utilization_ratio", "memory_used_bytes",
+                "memory_reserved_bytes", "memory_total_bytes", "temperature_celsius",
+                "memory_temperature_celsius", "power_watts", "power_limit_watts",
+                "energy_joules_total", "sm_clock_hertz", "sm_clock_max_hertz",
+                "memory_clock_hertz", "memory_clock_max_hertz", "pcie_link_generation",
+                "pcie_link_generation_max", "pcie_link_width", "pcie_link_width_max",
+                "pcie_replay_errors_total", "remapped_rows_pending", "remapped_rows_failure",
+                "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
+                "dram_bandwidth_ratio")
+
+    def __init__(self, sampler, process_servers=None):
+        self._sampler = sampler
+        self._process_servers = process_servers or (lambda pid: "")
+
+    def describe(self):
+        return []
+
+    def collect(self) -> Iterator:
+        sampler = self._sampler
+        reading = sampler.reading
+        backend = sampler.backend
+        up, count, duration, last, errors, inits = (_family(f"gpu_{n}") for n in (
+            "collector_up", "device_count", "collection_duration_seconds",
+            "last_collection_success_timestamp_seconds", "collection_errors_total",
+            "nvml_inits_total"))
+        up.add_metric([], 1.0 if reading.ok else 0.0)
+        if sampler.unavailable_reason is None:
+            count.add_metric([], len(reading.gpus))
+            duration.add_metric([], reading.duration_seconds)
+        if sampler.last_success is not None:
+            last.add_metric([], sampler.last_success)
+        for reason, n in sorted(backend.errors.items()):
+            errors.add_metric([reason], n)
+        inits.add_metric([], backend.inits)
+        yield from (up, count, duration, last, errors, inits)
+
+        info, device_up = _family("gpu_info"), _family("gpu_device_up")
+        values = {n: _family(f"gpu_{n}") for n in self._PER_GPU}
+        events, ecc_vol, ecc_agg, rows, procs = (_family(f"gpu_{n}") for n in (
+            "clock_event_active", "ecc_errors_volatile_total", "ecc_errors_aggregate_total",
+            "remapped_rows_total", "process_memory_bytes"))
+        for g in reading.gpus:
+            labels = [str(g.index), g.uuid]
+            device_up.add_metric(labels, 1.0 if g.up else 0.0)
+            if not g.up:
+                continue  # a lost GPU has no values: stale ones would lie
+            info.add_metric(labels, {"name": g.name, "pci_bus_id": g.pci_bus_id,
+                                     "driver_version": reading.driver_version,
+                                     "cuda_driver_version": reading.cuda_driver_version,
+                                     "mig_mode": g.mig_mode})
+            for name, value in g.values.items():
+                values[name].add_metric(labels, value)
+            for reason, active in sorted(g.clock_events.items()):
+                events.add_metric([*labels, reason], active)
+            for (counter, error), n in sorted(g.ecc.items()):
+                (ecc_vol if counter == "volatile" else ecc_agg).add_metric([*labels, error], n)
+            for kind, n in sorted(g.remapped_rows.items()):
+                rows.add_metric([*labels, kind], n)
+            by_server: dict[str, float] = {}
+            for pid, used in g.processes:
+                server = self._process_servers(pid)
+                by_server[server] = by_server.get(server, 0.0) + used
+            for server, used in sorted(by_server.items()):
+                procs.add_metric([*labels, server], used)
+        yield from (info, device_up, *values.values(), events, ecc_vol, ecc_agg, rows, procs)
+        if sampler.xid is not None:
+            counts, seen = sampler.xid.snapshot()
+            total, last_seen = _family("gpu_xid_errors_total"), _family(
+                "gpu_xid_last_timestamp_seconds")
+            for key in sorted(counts):
+                total.add_metric(list(key), counts[key])
+                last_seen.add_metric(list(key), seen[key])
+            yield total
+            yield last_seen

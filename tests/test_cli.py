@@ -178,3 +178,53 @@ def test_port_in_use_exits_1_with_a_clear_message():
              f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=10)
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_without_a_gpu_the_exporter_serves_sglang_and_says_once_that_gpus_are_off(
+    fake_sglang, run_exporter
+):
+    server = fake_sglang({"/metrics": Route(METRICS)})
+    port = free_port()
+    proc = run_exporter("--sglang.url", server.url, "--web.listen-address", f"127.0.0.1:{port}",
+                        "--collector.nvml.interval", "100ms", "--no-collector.docker")
+    wait_serving(port, proc)
+    target = f"127.0.0.1:{server.port}"
+    assert wait_for(lambda: value(scrape(port), "sglang_obs_up", server=target) == 1.0, 5)
+    time.sleep(1.0)  # ten GPU sampling cycles
+    samples = scrape(port)
+    assert value(samples, "sglang_obs_gpu_collector_up") == 0.0
+    assert value(samples, "sglang_obs_collector_success", collector="nvml") == 1.0
+    assert not [k for k in samples if k[0] == "sglang_obs_gpu_utilization_ratio"]
+    proc.terminate()
+    output = proc.communicate(timeout=5)[0].decode()
+    assert output.count("GPU collector down") == 1, output
+
+
+def test_demo_gpu_feed_shows_the_scenarios_throttle_and_xid(run_exporter):
+    from simulator import scenario as scenarios
+    from simulator.server import SimServer
+    from simulator.simulation import Simulation
+
+    sim = Simulation(scenarios.load("slow-gpu"), start_ts=time.time() - 800)
+    sim.advance(800.0)  # throttled since 600 s, Xid 79 on GPU 1 at 700 s
+    server = SimServer(sim, "127.0.0.1", 0, speed=0.0, gpu_feed=True)
+    server.start()
+    try:
+        port = free_port()
+        proc = run_exporter(
+            "--sglang.url", f"http://127.0.0.1:{server.port}", "--web.listen-address",
+            f"127.0.0.1:{port}", "--no-collector.docker", "--collector.nvml.interval", "200ms",
+            "--collector.nvml.simulator-feed", f"http://127.0.0.1:{server.port}/sim/gpu")
+        wait_serving(port, proc)
+        samples = wait_for(lambda: (s := scrape(port)) and
+                           value(s, "sglang_obs_gpu_collector_up") == 1.0 and s, 5)
+        uuid = "GPU-5151a000-0000-4000-8000-000000000001"
+        assert value(samples, "sglang_obs_gpu_device_count") == 2
+        assert value(samples, "sglang_obs_gpu_clock_event_active", gpu="1", uuid=uuid,
+                     reason="hw_thermal") == 1.0
+        assert value(samples, "sglang_obs_gpu_xid_errors_total", gpu="1", uuid=uuid,
+                     xid="79") == 1.0
+        assert value(samples, "sglang_obs_gpu_memory_used_bytes", gpu="1", uuid=uuid) > 0.8 * \
+            value(samples, "sglang_obs_gpu_memory_total_bytes", gpu="1", uuid=uuid)
+    finally:
+        server.stop()

@@ -1,0 +1,77 @@
+"""GPU sampling in the background, independent of the scrape rate.
+
+NVML sampling every 100 ms measurably slows decoding, so the default is every 5 s. Each cycle
+reads all GPUs into an immutable NvmlReading the collector renders; a lost GPU shuts NVML down
+and the next cycle re-initialises it. No NVML at all is logged once and reported as
+sglang_obs_gpu_collector_up 0; the sampler keeps trying, quietly, in case a driver appears.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from exporter.nvml import NvmlBackend, NvmlReading, NvmlUnavailable
+from exporter.xid import XidWatcher
+
+log = logging.getLogger(__name__)
+GPU_LOST_XID = 79  # NVML's GpuIsLost is Xid 79, "fallen off the bus"
+
+
+class GpuSampler:
+    def __init__(self, backend: NvmlBackend, xid: XidWatcher | None = None,
+                 interval: float = 5.0):
+        self.backend = backend
+        self.xid = xid
+        self.interval = interval
+        self.reading = NvmlReading(False, [])
+        self.last_success: float | None = None
+        self.unavailable_reason: str | None = None
+        self._warned = False
+        self._lost: set[str] = set()
+        self._xid_started = False
+        self._feed_seen: set[tuple[str, float, int]] = set()
+
+    def sample(self) -> NvmlReading:
+        try:
+            reading = self.backend.read()
+        except NvmlUnavailable as err:
+            if not self._warned:  # once: a host without GPUs is not an incident
+                log.warning("GPU collector down: NVML unavailable (%s: %s); GPU metrics are "
+                            "off, the rest of the exporter is not", err.reason, err)
+                self._warned = True
+            self.unavailable_reason = err.reason
+            self.reading = NvmlReading(False, [])
+            return self.reading
+        self.unavailable_reason = None
+        feed_events = getattr(self.backend.nvml, "xid_events", None)  # the demo's GPU feed
+        for gpu in reading.gpus:  # a lost GPU is Xid 79 even when no event arrives
+            if not gpu.up and gpu.uuid not in self._lost and self.xid is not None:
+                self.xid.record(str(gpu.index), gpu.uuid, GPU_LOST_XID)
+            (self._lost.add if not gpu.up else self._lost.discard)(gpu.uuid)
+            if feed_events is not None and gpu.up and self.xid is not None:
+                for at, xid in feed_events(gpu.index):
+                    if (gpu.uuid, at, xid) not in self._feed_seen:
+                        self._feed_seen.add((gpu.uuid, at, xid))
+                        self.xid.record(str(gpu.index), gpu.uuid, xid, at=at)
+        if reading.ok:
+            self.last_success = time.time()
+        self.reading = reading
+        return reading
+
+    def start(self, stop: threading.Event) -> None:
+        threading.Thread(target=self._run, args=(stop,), name="nvml", daemon=True).start()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                reading = self.sample()
+                events_api = not hasattr(self.backend.nvml, "xid_events")
+                if reading.ok and self.xid is not None and events_api and not self._xid_started:
+                    self.xid.start(stop)
+                    self._xid_started = True
+            except Exception:  # a bug must not end GPU sampling
+                log.exception("GPU sampling cycle failed")
+            stop.wait(max(self.interval - (time.monotonic() - started), 0.1))
