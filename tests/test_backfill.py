@@ -4,8 +4,9 @@ import json
 import urllib.parse
 import urllib.request
 
-from conftest import require_binary
 from sglang_obs.backfill import backfill, prometheus, rule_levels
+
+from conftest import require_binary
 
 
 def query(url, expr, at):
