@@ -4,6 +4,7 @@
     sglang-obs rules [--check]          regenerate prometheus/rules from thresholds.yml
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
+    sglang-obs render-dashboard --scenario NAME [--dashboard JSON] --out PNG
 """
 
 from __future__ import annotations
@@ -38,7 +39,28 @@ def main(argv: list[str] | None = None) -> int:
     analyze.add_argument("--json", action="store_true",
                          help="print a machine-readable document (docs/log-analysis.md)")
     analyze.add_argument("--csv-per-minute", metavar="OUT", help="write a per-minute CSV table")
+    render = sub.add_parser(
+        "render-dashboard", help="draw a dashboard's panels for a simulator scenario (PNG)")
+    render.add_argument("--scenario", required=True, help="simulator scenario name or YAML")
+    render.add_argument("--dashboard", default="grafana/dashboards/sglang-overview.json",
+                        help="generated dashboard JSON (default: the overview)")
+    render.add_argument("--out", required=True, help="PNG file to write")
     args = parser.parse_args(argv)
+    if args.command == "render-dashboard":
+        from pathlib import Path  # noqa: PLC0415
+
+        from sglang_obs.backfill import BackfillError  # noqa: PLC0415
+        from sglang_obs.render_dashboard import render_png  # noqa: PLC0415
+        from simulator.scenario import ScenarioError  # noqa: PLC0415
+
+        if not Path(args.dashboard).is_file():
+            parser.error(f"--dashboard: no such file {args.dashboard}")
+        try:
+            print(render_png(args.scenario, Path(args.dashboard), Path(args.out)))
+        except (ScenarioError, BackfillError) as err:
+            print(f"sglang-obs render-dashboard: {err}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "analyze-log":
         from sglang_obs import analyze_log
 
