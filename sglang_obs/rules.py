@@ -165,9 +165,14 @@ def state_group(t: dict) -> Group:
     g.record("instance:sglang_kv_occupancy:ratio",
              f"max by (instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
              "KV pool used over capacity at full resolution.")
-    g.record("instance:sglang_retractions:increase5m",
-             f"sum by (instance) (increase(sglang:num_retracted_requests_total{{{s}}}[5m]))",
-             "Requests retracted (KV pool full in decode) in the last 5 minutes (0.5.7+).")
+    x = f"sglang:num_retracted_requests_total{{{s}}}"
+    g.record("instance:sglang_retractions:increase5m", f"""
+sum by (instance) (
+    (increase({x}[5m]) or 0 * {x})
+  + ((min_over_time({x}[5m]) unless {x} offset 5m) or 0 * {x}))""",
+             "Requests retracted (KV pool full in decode) in the last 5 minutes (0.5.7+). "
+             "SGLang creates the counter at the first retraction, already counting it, so a "
+             "series younger than 5 minutes counts from zero.")
     g.record("instance:sglang_decode_speed_per_request:p90_1h",
              "quantile_over_time(0.9, instance:sglang_decode_speed_per_request:max[1h])",
              "The server's usual good decode speed per request: the baseline of contention.")

@@ -215,9 +215,20 @@ def _all_rule_exprs() -> list[tuple[str, str]]:
     return [(rule.get("alert") or rule["record"], rule["expr"]) for rule in _rules(RULE_FILES)]
 
 
+# Rules that read a counter's raw value on purpose, with the reason.
+RAW_COUNTER_READS = {
+    # A counter SGLang creates at its first retraction, already counting it: increase() sees
+    # nothing, so a young series is counted from zero (min_over_time, unless ... offset).
+    "instance:sglang_retractions:increase5m",
+}
+
+
 @pytest.mark.parametrize(("rule_name", "expr"), _all_rule_exprs(),
                          ids=[f"{i}-{name}" for i, (name, _) in enumerate(_all_rule_exprs())])
 def test_counters_only_under_rate_increase_resets(rule_name, expr):
+    if rule_name in RAW_COUNTER_READS:
+        assert "increase(" in expr
+        return
     clean = _strip_strings(expr)
     pairs = _paren_owners(clean)
     selectors = _selector_spans(clean)
