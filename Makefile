@@ -6,7 +6,7 @@ PYTHON ?= python3
 .PHONY: test generate bench
 
 test: $(VENV)/.installed
-	$(VENV)/bin/ruff check exporter tests bench
+	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
 	$(PY) -m pytest
 
 generate: $(VENV)/.installed
@@ -14,6 +14,7 @@ generate: $(VENV)/.installed
 	$(PY) -m simulator.docs
 	$(PY) -m sglang_obs.rules
 	$(PY) -m sglang_obs.detection
+	$(PY) grafana/dashboards/generate.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py

@@ -5,6 +5,7 @@
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
     sglang-obs render-dashboard --scenario NAME [--dashboard JSON] --out PNG
+    sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
 """
 
 from __future__ import annotations
@@ -45,7 +46,25 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("--dashboard", default="grafana/dashboards/sglang-overview.json",
                         help="generated dashboard JSON (default: the overview)")
     render.add_argument("--out", required=True, help="PNG file to write")
+    stack = sub.add_parser("stack", help="run the stack without Docker (Debian binaries)")
+    stack.add_argument("action", choices=["up"])
+    stack.add_argument("--native", action="store_true", required=True,
+                       help="use local binaries: prometheus, prometheus-alertmanager")
+    stack.add_argument("--demo", nargs="*", metavar="SCENARIO",
+                       help="serve these simulator scenarios (default long-context-incident)")
+    stack.add_argument("--sglang-url", action="append", help="a real SGLang server to watch")
+    stack.add_argument("--override", help="YAML whose `global:` replaces prometheus.yml's, "
+                       "e.g. prometheus/override.fast.yml")
+    stack.add_argument("--dir", help="working folder for configs, data and logs")
+    stack.add_argument("--free-ports", action="store_true",
+                       help="pick free ports instead of 9090/9093/9095/9840/30000")
     args = parser.parse_args(argv)
+    if args.command == "stack":
+        from sglang_obs import stack as stack_module  # noqa: PLC0415
+
+        if args.demo == []:
+            args.demo = ["long-context-incident"]
+        return stack_module.up(args)
     if args.command == "render-dashboard":
         from pathlib import Path  # noqa: PLC0415
 

@@ -26,6 +26,10 @@ SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 BURN_RATES = (("critical", "1h", "5m", 14.4, "2m"), ("critical", "6h", "30m", 6, "15m"),
               ("warning", "1d", "2h", 3, "1h"), ("warning", "3d", "6h", 1, "3h"))
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+# State alerts keep firing this long after their state ends: an episode shorter than
+# Alertmanager's group_wait still reaches the receiver, and a state flickering at its threshold
+# does not flap (keep_firing_for: Prometheus 2.42+).
+KEEP_FIRING = "2m"
 LATENCY_HISTOGRAMS = (
     ("time_to_first_token_seconds", "TTFT"), ("inter_token_latency_seconds", "ITL"),
     ("e2e_request_latency_seconds", "E2E"), ("queue_time_seconds", "queue time"))
@@ -53,10 +57,11 @@ class Group:
 
     def alert(self, name: str, expr: str, comment: str, *, severity: str, for_: str,
               summary: str, description: str, labels: dict | None = None,
-              dashboard: str = "sglang-overview") -> None:
+              dashboard: str = "sglang-overview", keep_firing_for: str | None = None) -> None:
         t = CONFIG
         body = {
             "alert": name, "expr": _clean(expr), "for": for_,
+            **({"keep_firing_for": keep_firing_for} if keep_firing_for else {}),
             "labels": {"severity": severity, **(labels or {})},
             "annotations": {
                 "summary": summary,
@@ -289,6 +294,7 @@ or (max by (instance) (up{{{s}}}) == 1
         f"(instance:sglang_state:code == {code('prefill_backlog')})",
         "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains them.",
         severity="warning", for_="1m", summary="SGLang prefill backlog is building up.",
+        keep_firing_for=KEEP_FIRING,
         description="{{ $labels.instance }} is in state prefill_backlog: {{ $value | humanize }} "
                     "prompt tokens wait to be prefilled while requests queue.",
         dashboard="sglang-overview")
@@ -299,6 +305,7 @@ or (max by (instance) (up{{{s}}}) == 1
         "State decode_contention: too many long requests decode at once; each one is slow. "
         "Decode speed and running come from the exporter's 1 s polls, so 1m is enough.",
         severity="warning", for_="1m", summary="SGLang requests are slowed by decode contention.",
+        keep_firing_for=KEEP_FIRING,
         description="{{ $labels.instance }} is in state decode_contention: each request decodes "
                     "at {{ $value | humanize }} tokens/s, well below its usual speed.")
     sat.alert(
@@ -307,6 +314,7 @@ or (max by (instance) (up{{{s}}}) == 1
         f"(instance:sglang_state:code == {code('kv_capacity')})",
         "State kv_capacity: the KV pool is full; requests are retracted or wait for memory.",
         severity="warning", for_="2m", summary="SGLang KV cache pool is out of room.",
+        keep_firing_for=KEEP_FIRING,
         description="{{ $labels.instance }} is in state kv_capacity: the KV pool is "
                     "{{ $value | humanizePercentage }} used, or requests were retracted in the "
                     "last 5 minutes.")
@@ -323,6 +331,7 @@ or (max by (instance) (up{{{s}}}) == 1
         f"(instance:sglang_state:code == {code('scheduling_bottleneck')})",
         "State scheduling_bottleneck: requests wait for a running slot while memory is free.",
         severity="warning", for_="2m", summary="SGLang requests queue while capacity is free.",
+        keep_firing_for=KEEP_FIRING,
         description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
                     "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
                     "from full.")

@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpu-feed", action="store_true",
                        help="serve the scenario's simulated GPU readings at /sim/gpu (for the "
                        "exporter's simulator-only NVML source)")
+    serve.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+                       help="start this far into the scenario (the model runs up to it first)")
     serve.add_argument("--once", action="store_true",
                        help="stop after one pass through the scenario instead of looping")
 
@@ -125,7 +127,10 @@ def _serve(args, sc, parser) -> int:
         streams.append(log_file)
     release = args.release or sc.release
     sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, streams)
-    sim = Simulation(sc, release, start_ts=time.time(), on_event=sink, loop=not args.once)
+    sim = Simulation(sc, release, start_ts=time.time() - args.start_at, on_event=sink,
+                     loop=not args.once)
+    if args.start_at > 0:
+        sim.advance(args.start_at)
     server = SimServer(sim, args.host, args.port, speed=args.speed,
                        metrics_escaping=args.metrics_escaping, gpu_feed=args.gpu_feed)
     try:

@@ -1,0 +1,185 @@
+"""SGLang / GPUs (uid sglang-gpus): NVML per GPU, as the exporter reads it; GPU alerts link here.
+
+GPU series carry `gpu` and `uuid` but no `server`, so their instance is the exporter's address:
+the `exporter` and `gpu` variables select them.
+"""
+
+import sys
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import dashlib as d  # noqa: E402
+
+G = d.GPU
+THROTTLE_ALERTING = d.ALERTS["gpu_throttle_reasons"]
+XID_CRITICAL = d.ALERTS["gpu_xid_critical"]
+
+
+def per_gpu(metric: str, extra: str = "") -> str:
+    return f"max by (gpu) ({metric}{{{G}{extra}}})"
+
+
+health = [
+    d.stat("GPU collector",
+           "1 if NVML answered and at least one GPU was read in the last cycle.",
+           [(f"min(sglang_obs_gpu_collector_up{{{d.EXPORTER_SELF}}})", "NVML")], d.NONE,
+           mappings=d.UP_DOWN, background=True, graph=False),
+    d.stat("GPUs reported",
+           "GPUs NVML reports (nvmlDeviceGetCount), all selected exporters.",
+           [(f"sum(sglang_obs_gpu_device_count{{{d.EXPORTER_SELF}}})", "reported")],
+           d.COUNT, w=3, graph=False),
+    d.stat("GPUs lost",
+           "GPUs whose read failed in the last cycle (GpuIsLost, Unknown, ...).",
+           [(f"count(sglang_obs_gpu_device_up{{{G}}} == 0) or vector(0)", "lost")],
+           d.COUNT, w=3, graph=False, thresholds=d.steps("green", (1, "red"))),
+    d.stat("Row remap pending",
+           "1 if a GPU has a row remap waiting for a GPU reset (nvmlDeviceGetRemappedRows).",
+           [(per_gpu("sglang_obs_gpu_remapped_rows_pending"), "GPU {{gpu}}")], d.NONE,
+           w=5, mappings=d.YES_NO, graph=False, background=True),
+    d.stat("Row remap failed",
+           "1 if row remapping failed on a GPU: NVIDIA's RMA criterion.",
+           [(per_gpu("sglang_obs_gpu_remapped_rows_failure"), "GPU {{gpu}}")], d.NONE,
+           w=5, mappings=d.YES_NO, graph=False, background=True),
+    d.stat("Uncorrectable ECC in range",
+           "Uncorrectable volatile ECC errors over the selected range, all selected GPUs.",
+           [(f'sum(increase(sglang_obs_gpu_ecc_errors_volatile_total{{{G}, type="uncorrected"}}'
+             "[$__range])) or vector(0)", "uncorrected")],
+           d.COUNT, instant=True, thresholds=d.steps("green", (1, "red"))),
+    d.state_timeline("GPU readable",
+                     "Per GPU: read in the last NVML cycle (ok) or lost.",
+                     [(per_gpu("sglang_obs_gpu_device_up"), "GPU {{gpu}}")],
+                     d.value_mappings(((0, "lost", "red"), (1, "ok", "green"))), h=4),
+]
+
+compute = [
+    d.timeseries("GPU utilization",
+                 "Share of time a kernel ran (NVML utilization.gpu): busy, not saturation.",
+                 [(per_gpu("sglang_obs_gpu_utilization_ratio"), "GPU {{gpu}}")],
+                 d.RATIO, w=12, min_=0, max_=1),
+    d.timeseries("SM activity",
+                 "GPM SM activity, SM occupancy and tensor-core activity per GPU (Hopper+): how "
+                 "much of the GPU the kernels actually use.",
+                 [(per_gpu("sglang_obs_gpu_sm_active_ratio"), "GPU {{gpu}} SM active"),
+                  (per_gpu("sglang_obs_gpu_sm_occupancy_ratio"), "GPU {{gpu}} SM occupancy"),
+                  (per_gpu("sglang_obs_gpu_tensor_active_ratio"), "GPU {{gpu}} tensor active")],
+                 d.RATIO, w=12, min_=0, max_=1),
+    d.timeseries("Memory bandwidth",
+                 "Memory-controller busy time (NVML) and DRAM bandwidth use (GPM, Hopper+); "
+                 "decode is bandwidth bound.",
+                 [(per_gpu("sglang_obs_gpu_memory_utilization_ratio"), "GPU {{gpu}} controller"),
+                  (per_gpu("sglang_obs_gpu_dram_bandwidth_ratio"), "GPU {{gpu}} DRAM bandwidth")],
+                 d.RATIO, w=12, min_=0, max_=1),
+    d.timeseries("Clocks",
+                 "SM and memory clocks per GPU against their maximum (dashed).",
+                 [(per_gpu("sglang_obs_gpu_sm_clock_hertz"), "GPU {{gpu}} SM"),
+                  (per_gpu("sglang_obs_gpu_sm_clock_max_hertz"), "GPU {{gpu}} SM max"),
+                  (per_gpu("sglang_obs_gpu_memory_clock_hertz"), "GPU {{gpu}} memory"),
+                  (per_gpu("sglang_obs_gpu_memory_clock_max_hertz"), "GPU {{gpu}} memory max")],
+                 d.HERTZ, w=12, min_=0, overrides=d.dashed("B", "D")),
+]
+
+memory = [
+    d.timeseries("Memory used vs reserved vs total",
+                 "Per GPU: used (as nvidia-smi), reserved by the driver, and total (dashed). "
+                 "SGLang preallocates: used stays high while idle.",
+                 [(per_gpu("sglang_obs_gpu_memory_used_bytes"), "GPU {{gpu}} used"),
+                  (per_gpu("sglang_obs_gpu_memory_reserved_bytes"), "GPU {{gpu}} reserved"),
+                  (per_gpu("sglang_obs_gpu_memory_total_bytes"), "GPU {{gpu}} total")],
+                 d.BYTES, w=12, min_=0, overrides=d.dashed("C")),
+    d.timeseries("Memory by SGLang server",
+                 "GPU memory of compute processes per SGLang server, matched by process tree "
+                 "(opt-in --collector.nvml.processes); empty server: unmatched.",
+                 [(f'sum by (gpu, server) (sglang_obs_gpu_process_memory_bytes{{job="'
+                   f'{d.EXPORTER_JOB}", gpu=~"$gpu"}})', "GPU {{gpu}} {{server}}")],
+                 d.BYTES, w=12, min_=0, stack=True),
+]
+
+thermal = [
+    d.timeseries("Temperature",
+                 "GPU and HBM temperature per GPU (HBM absent on consumer GPUs).",
+                 [(per_gpu("sglang_obs_gpu_temperature_celsius"), "GPU {{gpu}}"),
+                  (per_gpu("sglang_obs_gpu_memory_temperature_celsius"), "GPU {{gpu}} HBM")],
+                 d.CELSIUS, w=12),
+    d.timeseries("Power",
+                 "Power draw per GPU against the enforced power limit (dashed).",
+                 [(per_gpu("sglang_obs_gpu_power_watts"), "GPU {{gpu}}"),
+                  (per_gpu("sglang_obs_gpu_power_limit_watts"), "GPU {{gpu}} limit")],
+                 d.WATTS, w=12, min_=0, overrides=d.dashed("B")),
+    d.state_timeline("Clock event (throttle) reasons",
+                     "Active NVML clock-event reasons per GPU; red: the alerting set "
+                     f"({THROTTLE_ALERTING}), blue: gpu_idle (benign).",
+                     [(f"max by (gpu, reason) (sglang_obs_gpu_clock_event_active{{{G}}}) > 0",
+                       "GPU {{gpu}} {{reason}}")],
+                     d.value_mappings(((1, "active", "orange"),)), h=8,
+                     overrides=[
+                         {"matcher": {"id": "byRegexp",
+                                      "options": f".*({THROTTLE_ALERTING})$"},
+                          "properties": [{"id": "mappings", "value": [d.value_mappings(
+                              ((1, "active", "red"),))[0].to_json_data()]}]},
+                         {"matcher": {"id": "byRegexp", "options": ".*gpu_idle$"},
+                          "properties": [{"id": "mappings", "value": [d.value_mappings(
+                              ((1, "idle", "blue"),))[0].to_json_data()]}]}]),
+]
+
+errors = [
+    d.timeseries("ECC errors",
+                 "Volatile ECC errors per GPU and type (corrected, uncorrected) per interval.",
+                 [(f"sum by (gpu, type) (increase(sglang_obs_gpu_ecc_errors_volatile_total{{{G}}}"
+                   "[$__rate_interval]))", "GPU {{gpu}} {{type}}")],
+                 d.COUNT, w=8, min_=0, bars=True),
+    d.timeseries("Xid events",
+                 f"Xid events per GPU and code per interval; critical codes: {XID_CRITICAL}.",
+                 [(f"sum by (gpu, xid) (increase(sglang_obs_gpu_xid_errors_total{{{G}}}"
+                   "[$__rate_interval]))", "GPU {{gpu}} Xid {{xid}}")],
+                 d.COUNT, w=8, min_=0, bars=True),
+    d.timeseries("Rows remapped",
+                 "Memory rows remapped per GPU and type (correctable, uncorrectable) per "
+                 "interval (Ampere+).",
+                 [(f"sum by (gpu, type) (increase(sglang_obs_gpu_remapped_rows_total{{{G}}}"
+                   "[$__rate_interval]))", "GPU {{gpu}} {{type}}")],
+                 d.COUNT, w=8, min_=0, bars=True),
+    d.table("Last Xid per GPU",
+            "When each Xid code was last seen on each GPU.",
+            [(f"max by (gpu, xid) (sglang_obs_gpu_xid_last_timestamp_seconds{{{G}}}) * 1000",
+              "GPU {{gpu}} Xid {{xid}}")],
+            unit=d.DATE, w=8, h=7, rename={"Value": "last seen"}),
+    d.timeseries("PCIe link generation",
+                 "Current PCIe link generation per GPU against its maximum (dashed); links "
+                 "downshift when idle.",
+                 [(per_gpu("sglang_obs_gpu_pcie_link_generation"), "GPU {{gpu}}"),
+                  (per_gpu("sglang_obs_gpu_pcie_link_generation_max"), "GPU {{gpu}} max")],
+                 d.NONE, w=8, h=7, min_=0, overrides=d.dashed("B")),
+    d.timeseries("PCIe link width and replays",
+                 "Current PCIe lanes against the maximum (dashed), and PCIe replays per second "
+                 "(signal integrity).",
+                 [(per_gpu("sglang_obs_gpu_pcie_link_width"), "GPU {{gpu}} lanes"),
+                  (per_gpu("sglang_obs_gpu_pcie_link_width_max"), "GPU {{gpu}} max lanes"),
+                  (f"sum by (gpu) (rate(sglang_obs_gpu_pcie_replay_errors_total{{{G}}}"
+                   "[$__rate_interval]))", "GPU {{gpu}} replays/s")],
+                 d.NONE, w=8, h=7, min_=0, overrides=d.dashed("B")),
+]
+
+inventory = [
+    d.table("GPUs",
+            "GPU identity: name, UUID, PCI bus, driver and CUDA versions, MIG mode.",
+            [(f"max by (gpu, uuid, name, pci_bus_id, driver_version, cuda_driver_version, "
+              f"mig_mode) (sglang_obs_gpu_info{{{G}}})", "GPU {{gpu}}")],
+            hide=("Time", "Value")),
+]
+
+dashboard = d.dashboard(
+    "SGLang / GPUs", "sglang-gpus",
+    "NVML per GPU: utilization and SM activity, memory, temperature, power, clocks, throttle "
+    "reasons, ECC, Xid, row remapping and PCIe.",
+    [
+        ("Health", "Collector, lost GPUs and hardware faults at a glance.", health),
+        ("Compute", "Busy time, SM activity, bandwidth and clocks.", compute),
+        ("Memory", "Fullness per GPU and per SGLang server.", memory),
+        ("Thermal and power", "Temperature, power and clock events.", thermal),
+        ("Errors and links", "ECC, Xid, row remapping and PCIe.", errors),
+        ("Inventory", "Which GPUs these are.", inventory),
+    ],
+    extra_variables=[d.EXPORTER, d.GPU_VAR],
+)

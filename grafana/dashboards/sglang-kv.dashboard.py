@@ -1,0 +1,140 @@
+"""SGLang / KV cache (uid sglang-kv): the KV pool, retractions, request context and prefix cache.
+
+Pool gauges are per DP rank and repeated by every TP rank that reports: summed over dp_rank after
+a max over the copies (sglang.md §3).
+"""
+
+import sys
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import dashlib as d  # noqa: E402
+
+KV_HIGH = float(d.CLASSIFY["kv_occupancy_ratio"])
+KV_NOT_HIGH = float(d.CLASSIFY["scheduling_kv_ratio_below"])
+RANK = "instance, model_name, dp_rank"
+CONTEXT = "sglang_obs_log_prefill_context_tokens"
+
+
+def pool(metric: str) -> str:
+    """Tokens of one pool part over the selected servers."""
+    return f"sum(max by ({RANK}) ({metric}{{{d.SG}}}))"
+
+
+def per_rank(metric: str) -> str:
+    return f"max by ({RANK}) ({metric}{{{d.SG}}})"
+
+
+pool_panels = [
+    d.timeseries("KV pool: used / evictable / free",
+                 "KV pool tokens over the selected servers: in use, evictable (radix cache, "
+                 "reusable) and free, stacked; dashed: capacity (max_total_num_tokens).",
+                 [(pool("sglang:kv_used_tokens"), "used"),
+                  (pool("sglang:kv_evictable_tokens"), "evictable"),
+                  (pool("sglang:kv_available_tokens"), "free"),
+                  (pool("sglang:max_total_num_tokens"), "capacity")],
+                 d.TOKENS, w=12, min_=0, stack=True, overrides=d.dashed("D", unstack=True)),
+    d.timeseries("KV occupancy per server",
+                 "Used / capacity (exporter, full resolution), SGLang's token_usage (worst rank, "
+                 "rounded to 0.01) and physical use counting evictable tokens.",
+                 [(f"instance:sglang_kv_occupancy:ratio{{{d.INST}}}", "{{instance}} occupancy"),
+                  (f"max by (instance) (sglang:token_usage{{{d.SG}}})",
+                   "{{instance}} token_usage (worst rank)"),
+                  (d.ratio(f"sum by (instance) ({per_rank('sglang:kv_used_tokens')}\n"
+                           f"  + {per_rank('sglang:kv_evictable_tokens')})",
+                           f"sum by (instance) ({per_rank('sglang:kv_used_tokens')}\n"
+                           f"  + {per_rank('sglang:kv_evictable_tokens')}\n"
+                           f"  + {per_rank('sglang:kv_available_tokens')})"),
+                   "{{instance}} physical incl. evictable")],
+                 d.RATIO, w=12, min_=0, max_=1,
+                 thresholds=d.steps("green", (KV_NOT_HIGH, "orange"), (KV_HIGH, "red"))),
+    d.timeseries("Running batch KV working set",
+                 "KV tokens of the running batch from the last decode log line, against the pool "
+                 "capacity (dashed).",
+                 [(f"sglang_obs_log_running_batch_tokens{{{d.EX}}}", "{{instance}} running batch"),
+                  (f"sum by (instance) (sglang_obs_kv_capacity_tokens{{{d.EXM}}})",
+                   "{{instance}} capacity")],
+                 d.TOKENS, w=12, min_=0, overrides=d.dashed("B")),
+    d.timeseries("Decode reserve ratio",
+                 "new_token_ratio: share of future decode tokens the scheduler reserves; it "
+                 "jumps after a retraction and decays back.",
+                 [(f"max by (instance) (sglang:new_token_ratio{{{d.SG}}})", "{{instance}}")],
+                 d.RATIO, w=12, min_=0, max_=1),
+]
+
+retractions = [
+    d.timeseries("Retractions",
+                 "Requests retracted per second because the KV pool was full in decode "
+                 "(SGLang's counter, 0.5.7+, and the scheduler log's warnings).",
+                 [(d.dp_rate("sglang:num_retracted_requests_total"), "{{instance}}"),
+                  (d.rate("sglang_obs_log_retracted_requests_total", d.EX),
+                   "{{instance}} (log)")],
+                 d.REQ_PER_S, w=12, min_=0, bars=True),
+    d.timeseries("Retracted tokens",
+                 "Input and output tokens of retracted requests per second: work thrown away "
+                 "and redone.",
+                 [(d.dp_rate("sglang:num_retracted_input_tokens_total"), "{{instance}} input"),
+                  (d.dp_rate("sglang:num_retracted_output_tokens_total"),
+                   "{{instance}} output")],
+                 d.TOKENS_PER_S, w=12, min_=0, bars=True),
+]
+
+context = [
+    d.heatmap("Per-request context",
+              "Single-request prefills per second by context size (cached + new tokens, from "
+              "the scheduler log).",
+              d.bucket_rate(CONTEXT, d.EX), unit=d.TOKENS, w=12),
+    d.timeseries("Per-request context quantiles",
+                 "p50/p95/p99 context of single-request prefills (log), against the effective "
+                 "context length (dashed).",
+                 [*((f"histogram_quantile({q}, sum by (instance, le) "
+                     f"(rate({CONTEXT}_bucket{{{d.EX}}}[$__rate_interval])))",
+                     f"{{{{instance}}}} p{round(q * 100)}") for q in (0.5, 0.95, 0.99)),
+                  (f"max by (instance) (sglang_obs_config_context_length_tokens{{{d.EXM}}})",
+                   "{{instance}} context length")],
+                 d.TOKENS, w=12, min_=0, overrides=d.dashed("D")),
+]
+
+cache = [
+    d.timeseries("Prompt tokens: cached vs computed",
+                 "Prompt tokens per second served from the prefix cache and computed by "
+                 "prefill (realtime_tokens_total, live), stacked.",
+                 [(d.dp_rate("sglang:realtime_tokens_total", f'{d.SG}, mode="prefill_cache"'),
+                   "{{instance}} cached"),
+                  (d.dp_rate("sglang:realtime_tokens_total",
+                             f'{d.SG}, mode="prefill_compute"'),
+                   "{{instance}} computed")],
+                 d.TOKENS_PER_S, w=8, min_=0, stack=True),
+    d.timeseries("Prefill tokens from the log: cached vs new",
+                 "#cached-token and #new-token of the scheduler's prefill lines per second, "
+                 "stacked.",
+                 [(d.rate("sglang_obs_log_prefill_cached_tokens_total", d.EX),
+                   "{{instance}} cached"),
+                  (d.rate("sglang_obs_log_prefill_new_tokens_total", d.EX), "{{instance}} new")],
+                 d.TOKENS_PER_S, w=8, min_=0, stack=True),
+    d.timeseries("Prefix cache hit ratio",
+                 "Cached / prompt tokens over 5 min, 15 min and 6 h (recording rules).",
+                 [(f"instance_model:sglang_cache_hit:ratio_rate{w}{{{d.IM}}}",
+                   f"{{{{instance}}}} {w}") for w in ("5m", "15m", "6h")],
+                 d.RATIO, w=8, min_=0, max_=1),
+    d.timeseries("Cached tokens by source",
+                 "Prompt tokens served from the device, host (HiCache) or storage cache per "
+                 "second.",
+                 [(d.rate("sglang:cached_tokens_total", d.SG, "instance, cache_source"),
+                   "{{instance}} {{cache_source}}")],
+                 d.TOKENS_PER_S, w=24, h=7, min_=0, stack=True),
+]
+
+dashboard = d.dashboard(
+    "SGLang / KV cache", "sglang-kv",
+    "The KV pool (used, evictable, free), occupancy, retractions, per-request context and the "
+    "prefix cache.",
+    [
+        ("KV pool", "Pool parts summed over DP ranks, occupancy per server.", pool_panels),
+        ("Retractions", "Requests and tokens thrown out of the running batch.", retractions),
+        ("Request context", "Context sizes of single-request prefills (scheduler log).", context),
+        ("Prefix cache", "Cached vs computed prompt tokens.", cache),
+    ],
+)
