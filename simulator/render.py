@@ -25,9 +25,24 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import GuardedCollector, SGLangCollector
+from exporter.collector import (
+    ContainerCollector,
+    GpuCollector,
+    GuardedCollector,
+    LogCollector,
+    SGLangCollector,
+)
+from exporter.containers import ContainerReading
+from exporter.gpu import GpuSampler
 from exporter.http_fetch import FetchError, Response
+from exporter.log_stats import LogStats
+from exporter.nvml import NvmlBackend
 from exporter.poller import PollSettings, TargetPoller
+from exporter.sglang_log import parse_line
+from exporter.xid import XidWatcher
+from simulator.fake_nvml import FakeNvml
+from simulator.logs import format_event
+from simulator.profiles import profile
 from simulator.scenario import Scenario
 from simulator.server import make_app
 from simulator.simulation import Simulation
@@ -90,10 +105,55 @@ def in_process_fetcher(app, lock: threading.Lock, up: Callable[[], bool]):
     return fetch
 
 
+class _SimLog:
+    """The scheduler log the scenario writes, read by the exporter's own parser and stats."""
+
+    kind = "file"
+    up = True
+    rotations = 0
+
+    def __init__(self, server: str, release: str, tp_size: int, dp_size: int):
+        self.server, self.stats = server, LogStats()
+        self._format = (release, tp_size, dp_size)
+
+    def __call__(self, event) -> None:
+        release, tp, dp = self._format
+        self.stats.feed(parse_line(format_event(event, release, tp_size=tp, dp_size=dp)))
+
+
+class _SimContainer:
+    """The SGLang container as the Docker API would describe it during the scenario."""
+
+    up = True
+
+    def __init__(self, sim: Simulation, server: str, start: float):
+        self._sim, self._server, self._start = sim, server, start
+
+    @property
+    def readings(self) -> list[ContainerReading]:
+        server = self._sim.server
+        return [ContainerReading(
+            name="sglang", server=self._server, image="lmsysorg/sglang:simulated",
+            state="running" if server.up else "restarting", running=server.up,
+            restart_count=server.restarts, oom_killed=False, oom_kills=0,
+            exit_code=0 if not server.restarts else 137, health="healthy" if server.up else "",
+            started_at=self._start + server.started_at)]
+
+
 def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
            step: float = 15.0, poll_interval: float = 5.0, instance: str = "sglang:30000",
            on_event=None) -> Rendered:
-    sim = Simulation(scenario, release, start_ts=start, on_event=on_event)
+    """Every series the stack would store: SGLang's own, and the exporter's with all its
+    sources — polls, the scheduler log, the container, and the scenario's GPUs."""
+    tp, dp = scenario.server.tp_size, scenario.server.dp_size
+    sim_log = _SimLog(instance, profile(release or scenario.release).release, tp, dp)
+
+    def events(event) -> None:
+        sim_log(event)
+        if on_event:
+            on_event(event)
+
+    sim = Simulation(scenario, release, start_ts=start, on_event=events)
     # The scenario's own crashes would make the exporter warn on every render.
     logging.getLogger("exporter.poller").setLevel(logging.ERROR)
     lock = threading.Lock()
@@ -101,9 +161,14 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
     poller = TargetPoller(
         f"http://{instance}", PollSettings(interval=poll_interval),
         clock=lambda: sim.t, wall_clock=lambda: start + sim.t,
-        fetcher=in_process_fetcher(app, lock, lambda: sim.up))
+        fetcher=in_process_fetcher(app, lock, lambda: sim.up),
+        log_stats=sim_log.stats)
+    gpus = GpuSampler(NvmlBackend(FakeNvml(lambda: [r.__dict__ for r in sim.gpu_readings()])),
+                      XidWatcher(None))
     exporter = CollectorRegistry()
-    exporter.register(GuardedCollector([SGLangCollector([poller])]))
+    exporter.register(GuardedCollector([
+        SGLangCollector([poller]), LogCollector([sim_log]),
+        ContainerCollector(_SimContainer(sim, instance, start)), GpuCollector(gpus)]))
 
     steps = int(scenario.duration // step) + 1
     out = Rendered(start=start, step=step, steps=steps)
@@ -115,6 +180,7 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
             poller.poll_once()
             t += poll_interval
         sim.advance(scrape_at)
+        gpus.sample()
         _collect_native(sim, app, out, index, instance)
         _collect_exporter(exporter, out, index)
     return out
