@@ -30,7 +30,8 @@ NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND = 3, 4, 13
 UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, GPU_IS_LOST = 1, 9, 12, 15
 LIB_RM_VERSION_MISMATCH, GPU_NOT_FOUND, UNKNOWN = 18, 28, 999
 ABSENT = {NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND}
-CONTEXT_FATAL = {UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH}
+CONTEXT_FATAL = {UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, GPU_IS_LOST,
+                 GPU_NOT_FOUND, UNKNOWN}
 REASONS = {GPU_IS_LOST: "gpu_lost", UNKNOWN: "unknown", GPU_NOT_FOUND: "gpu_not_found",
            DRIVER_NOT_LOADED: "driver_not_loaded", LIB_RM_VERSION_MISMATCH: "version_mismatch",
            UNINITIALIZED: "uninitialized", LIBRARY_NOT_FOUND: "library_not_found"}
@@ -88,8 +89,8 @@ class NvmlBackend:
         self.inits = 0
         self.errors: dict[str, int] = dict.fromkeys(ERROR_REASONS, 0)
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, field)
-        self._known: dict[int, str] = {}  # index -> uuid of every GPU seen, to report it lost
-        self._gpm: dict[int, Any] = {}  # index -> previous GPM sample
+        self._known: dict[str, int] = {}  # uuid -> last index of every GPU seen, to report it lost
+        self._gpm: dict[str, Any] = {}  # uuid -> previous GPM sample
 
     # -- lifecycle -----------------------------------------------------------------------
     def init(self) -> None:
@@ -107,6 +108,8 @@ class NvmlBackend:
 
     def shutdown(self) -> None:
         if self.initialized:
+            for sample in self._gpm.values():  # before nvmlShutdown, or they leak
+                self._gpm_free(sample)
             self._gpm.clear()
             try:
                 self.nvml.nvmlShutdown()
@@ -152,13 +155,14 @@ class NvmlBackend:
                 gpus.append(self._read_gpu(index))
             except Exception as err:
                 self._failed(err)
-                uuid = self._known.get(index, f"index-{index}")
+                uuid = next((u for u, i in self._known.items() if i == index),
+                            f"index-{index}")
                 gpus.append(GpuReading(index, uuid, up=False))
-                if _code(err) in CONTEXT_FATAL or _code(err) == GPU_IS_LOST:
+                if _code(err) in CONTEXT_FATAL:
                     context_broken = True
-        seen = {g.index for g in gpus}
-        gpus += [GpuReading(i, u, up=False) for i, u in sorted(self._known.items())
-                 if i not in seen]  # a GPU that vanished from the count is lost, not gone
+        seen = {g.uuid for g in gpus}
+        gpus += [GpuReading(i, u, up=False) for u, i in self._known_by_index()
+                 if u not in seen]  # a GPU that vanished from the count is lost, not gone
         if context_broken:
             self.shutdown()  # re-initialise next cycle; the other GPUs were read this one
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else ""
@@ -170,14 +174,17 @@ class NvmlBackend:
         self.errors[reason] = self.errors.get(reason, 0) + 1
         log.warning("NVML: %s (%s)", reason, type(err).__name__)
 
+    def _known_by_index(self) -> list[tuple[str, int]]:
+        return sorted(self._known.items(), key=lambda item: (item[1], item[0]))
+
     def _lost_all(self) -> list[GpuReading]:
-        return [GpuReading(i, u, up=False) for i, u in sorted(self._known.items())]
+        return [GpuReading(i, u, up=False) for u, i in self._known_by_index()]
 
     def _read_gpu(self, index: int) -> GpuReading:
         nvml = self.nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        self._known[index] = uuid
+        self._known[uuid] = index
         g = GpuReading(index, uuid, name=_text(self._call(uuid, "name", "nvmlDeviceGetName",
                                                           handle)))
         call = self._call
@@ -204,10 +211,12 @@ class NvmlBackend:
             fv = fields[0]
             if getattr(fv, "nvmlReturn", 1) == 0:
                 v["memory_temperature_celsius"] = float(_field_value(fv))
+            elif fv.nvmlReturn in ABSENT:
+                self._unsupported.add((uuid, "memory_temp"))
         for key, fn, scale in (
-            ("power_watts", "nvmlDeviceGetPowerUsage", 1e-3),
-            ("power_limit_watts", "nvmlDeviceGetEnforcedPowerLimit", 1e-3),
-            ("energy_joules_total", "nvmlDeviceGetTotalEnergyConsumption", 1e-3),
+            ("power_watts", "nvmlDeviceGetPowerUsage", 1000),  # mW
+            ("power_limit_watts", "nvmlDeviceGetEnforcedPowerLimit", 1000),  # mW
+            ("energy_joules_total", "nvmlDeviceGetTotalEnergyConsumption", 1000),  # mJ
             ("pcie_link_generation", "nvmlDeviceGetCurrPcieLinkGeneration", 1),
             ("pcie_link_generation_max", "nvmlDeviceGetMaxPcieLinkGeneration", 1),
             ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", 1),
@@ -216,7 +225,7 @@ class NvmlBackend:
         ):
             value = call(uuid, key, fn, handle)
             if value is not None:
-                v[key] = float(value) * scale
+                v[key] = float(value) / scale  # divided, so 98765432100 mJ is exactly J
         for key, fn, clock in (("sm_clock_hertz", "nvmlDeviceGetClockInfo", 1),
                                ("sm_clock_max_hertz", "nvmlDeviceGetMaxClockInfo", 1),
                                ("memory_clock_hertz", "nvmlDeviceGetClockInfo", 2),
@@ -291,6 +300,7 @@ class NvmlBackend:
         if (g.uuid, "gpm") in self._unsupported:
             return
         nvml = self.nvml
+        sample = None
         try:
             support = self._call(g.uuid, "gpm", "nvmlGpmQueryDeviceSupport", handle)
             if support is None or not getattr(support, "isSupportedDevice", 0):
@@ -298,27 +308,38 @@ class NvmlBackend:
                 return
             sample = nvml.nvmlGpmSampleAlloc()
             nvml.nvmlGpmSampleGet(handle, sample)
-            previous = self._gpm.get(g.index)
-            self._gpm[g.index] = sample
+            previous = self._gpm.get(g.uuid)
+            current, sample = sample, None
+            self._gpm[g.uuid] = current  # kept for the next cycle
             if previous is None:
                 return
             request = nvml.c_nvmlGpmMetricsGet_t()
             request.version = nvml.NVML_GPM_METRICS_GET_VERSION
             request.numMetrics = len(GPM_METRICS)
-            request.sample1, request.sample2 = previous, sample
+            request.sample1, request.sample2 = previous, current
             for i, (metric_id, _) in enumerate(GPM_METRICS):
                 request.metrics[i].metricId = metric_id
-            nvml.nvmlGpmMetricsGet(request)
+            try:
+                nvml.nvmlGpmMetricsGet(request)
+            finally:
+                self._gpm_free(previous)
             for i, (_, name) in enumerate(GPM_METRICS):
                 if request.metrics[i].nvmlReturn == 0:
                     g.values[name] = float(request.metrics[i].value) / 100
-            nvml.nvmlGpmSampleFree(previous)
         except Exception as err:
+            self._gpm_free(sample)
+            self._gpm_free(self._gpm.pop(g.uuid, None))
             if _code(err) == GPU_IS_LOST:
                 raise
             log.info("GPU %s: GPM metrics off (%s)", g.uuid, type(err).__name__)
             self._unsupported.add((g.uuid, "gpm"))
-            self._gpm.pop(g.index, None)
+
+    def _gpm_free(self, sample: Any) -> None:
+        if sample is not None:
+            try:
+                self.nvml.nvmlGpmSampleFree(sample)
+            except Exception as err:
+                log.debug("nvmlGpmSampleFree: %s", err)
 
 
 def _text(value: Any) -> str:
@@ -327,9 +348,13 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)[:128]
 
 
+# nvmlValueType_t -> the c_nvmlValue_t union member holding the value
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
 def _field_value(fv: Any) -> float:
-    value = getattr(fv, "value", 0)
-    for attr in ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal"):
-        if hasattr(value, attr):
-            return float(getattr(value, attr))
-    return float(value)
+    """A field value read through its valueType: the union has every member, so the first
+    one that exists (dVal) would reinterpret an unsigned int's bits as a double."""
+    value_type = int(getattr(fv, "valueType", 0))
+    member = _VALUE_MEMBERS[value_type] if 0 <= value_type < len(_VALUE_MEMBERS) else "dVal"
+    return float(getattr(fv.value, member))

@@ -7,6 +7,7 @@ the sampling cycle, so it stays visible when collections fail — which is when 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -60,11 +61,12 @@ class XidWatcher:
         devices = {}
         try:
             for index in range(int(nvml.nvmlDeviceGetCount())):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                try:
+                try:  # a lost GPU must not stop the others from being watched
+                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
                     if nvml.nvmlDeviceGetSupportedEventTypes(handle) & XID_CRITICAL_ERROR:
                         nvml.nvmlDeviceRegisterEvents(handle, XID_CRITICAL_ERROR, events)
-                        devices[id(handle)] = (str(index), _text(nvml.nvmlDeviceGetUUID(handle)))
+                        devices[_handle_key(handle)] = (str(index),
+                                                        _text(nvml.nvmlDeviceGetUUID(handle)))
                 except Exception as err:  # vGPU and some drivers: no events for this device
                     log.info("GPU %s: no Xid events (%s)", index, type(err).__name__)
             self.running = True
@@ -75,10 +77,13 @@ class XidWatcher:
                     if getattr(err, "value", None) == TIMEOUT:
                         continue
                     raise
-                gpu, uuid = devices.get(id(data.device), ("", ""))
-                if not uuid:  # handles are not always the same object: ask again
-                    uuid = _text(nvml.nvmlDeviceGetUUID(data.device))
-                    gpu = str(nvml.nvmlDeviceGetIndex(data.device))
+                gpu, uuid = devices.get(_handle_key(data.device), ("", ""))
+                if not uuid:  # a device registered under another handle value: ask it
+                    try:
+                        uuid = _text(nvml.nvmlDeviceGetUUID(data.device))
+                        gpu = str(nvml.nvmlDeviceGetIndex(data.device))
+                    except Exception as err:  # e.g. GpuIsLost for Xid 79: keep the event
+                        log.debug("Xid on an unknown device: %s", err)
                 self.record(gpu, uuid, int(data.eventData))
         finally:
             self.running = False
@@ -90,3 +95,12 @@ class XidWatcher:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _handle_key(handle: Any) -> Any:
+    """The device a handle points at: pynvml returns a new ctypes object for each lookup and
+    each event, so id() of a (freed) handle object names nothing; its pointer value does."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return handle
