@@ -19,6 +19,7 @@ generate: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py
 	$(PY) bench/bench_log.py
+	$(PY) bench/bench_gpu.py
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
