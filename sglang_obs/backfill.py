@@ -115,8 +115,10 @@ class Backfilled:
     scenario: str
 
 
-def backfill(name: str, data: Path, step: int = STEP, end: float | None = None) -> Backfilled:
-    """Render scenario `name` so that it ends at `end` (default: now) and backfill `data`."""
+def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
+             release: str | None = None) -> Backfilled:
+    """Render scenario `name` (as `release`, default the scenario's) so that it ends at `end`
+    (default: now) and backfill `data`."""
     sc = scenarios.load(name)
     end = (time.time() // step) * step if end is None else end
     start = end - (sc.duration // step) * step
@@ -124,7 +126,7 @@ def backfill(name: str, data: Path, step: int = STEP, end: float | None = None) 
     data.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         om = Path(tmp) / "series.om.txt"
-        write_openmetrics(render(sc, start=start, step=step), om)
+        write_openmetrics(render(sc, release, start=start, step=step), om)
         _run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)])
         for i, rules in enumerate(rule_levels()):
             rule_file = Path(tmp) / f"level{i}.yml"

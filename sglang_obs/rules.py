@@ -124,10 +124,11 @@ def recording_groups(t: dict) -> list[Group]:
     serving.record(
         "instance:sglang_http_5xx:ratio_rate5m",
         f"""
-sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
+(sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
+   or 0 * sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])))
   / (sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > 0)""",  # noqa: E501
-        "Share of serving-endpoint responses that are 5xx (0.5.7+); /metrics and /health "
-        "are counted by SGLang too, hence the endpoint filter.")
+        "Share of serving-endpoint responses that are 5xx (0.5.7+), 0 when there are none; "
+        "/metrics and /health are counted by SGLang too, hence the endpoint filter.")
 
     slo = Group("sglang-slo.rules")
     for name, hist in (("ttft", "time_to_first_token_seconds"),

@@ -273,6 +273,16 @@ class SimCollector:
                                           labels=base_names)
             aborted.add_metric(base_values, tk.aborted)
             yield aborted
+        if p.at_least("0.5.7"):  # HTTP middleware: every finished request was a 200
+            finished = float(sum(tk.requests.values()))
+            requests = CounterMetricFamily(P + "http_requests", "HTTP requests.",
+                                           labels=["endpoint", "method"])
+            requests.add_metric(["/v1/chat/completions", "POST"], finished)
+            responses = CounterMetricFamily(P + "http_responses", "HTTP responses.",
+                                            labels=["endpoint", "method", "status_code"])
+            responses.add_metric(["/v1/chat/completions", "POST", "200"], finished)
+            yield requests
+            yield responses
         histograms = [
             ("time_to_first_token_seconds", "ttft", "Time to first token.", split, "0.3.6"),
             ("inter_token_latency_seconds", "itl", "Inter-token latency.", False, "0.4.3.post4"),

@@ -112,6 +112,59 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
         return "Simulated GPU"
 
+    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[int]):  # noqa: N802
+        """Only NVML_FI_DEV_MEMORY_TEMP (82): the HBM runs a little warmer than the GPU."""
+        hbm = int(self._gpu(handle)["temperature_celsius"]) + 6
+        return [_Struct(fieldId=f, nvmlReturn=0 if f == 82 else 3, valueType=1,
+                        value=_Struct(uiVal=hbm)) for f in field_ids]
+
+    # ECC, row remapping and PCIe of a healthy datacenter GPU: present, and clean.
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:  # noqa: N802
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:  # noqa: N802
+        return (0, 0, 0, 0)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:  # noqa: N802
+        return 5
+
+    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration  # noqa: N815
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:  # noqa: N802
+        return 16
+
+    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth  # noqa: N815
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:  # noqa: N802
+        return 0
+
+    # GPM (Hopper): activity ratios that follow the simulated utilisation.
+    NVML_GPM_METRICS_GET_VERSION = 1
+
+    class c_nvmlGpmMetricsGet_t:  # noqa: N801 - pynvml's struct name
+        def __init__(self):
+            self.version = self.numMetrics = 0
+            self.sample1 = self.sample2 = None
+            self.metrics = [_Struct(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
+
+    def nvmlGpmQueryDeviceSupport(self, handle: int):  # noqa: N802
+        return _Struct(isSupportedDevice=1)
+
+    def nvmlGpmSampleAlloc(self):  # noqa: N802
+        return _Struct(util=0.0)
+
+    def nvmlGpmSampleGet(self, handle: int, sample) -> None:  # noqa: N802
+        sample.util = self._gpu(handle)["utilization_ratio"]
+
+    def nvmlGpmMetricsGet(self, request):  # noqa: N802
+        share = {2: 1.0, 3: 0.6, 5: 0.7, 10: 0.5}  # SM active, occupancy, tensor, DRAM
+        for m in request.metrics[:request.numMetrics]:
+            m.value = 100 * request.sample2.util * share.get(m.metricId, 0.0)
+        return request
+
+    def nvmlGpmSampleFree(self, sample) -> None:  # noqa: N802
+        pass
+
     def xid_events(self, handle: int) -> list[tuple[float, int]]:
         """(unix time, xid) of the scenario's Xid events on this GPU (not a pynvml call)."""
         return [tuple(e) for e in self._gpu(handle)["xid_events"]]
