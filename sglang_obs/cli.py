@@ -6,6 +6,7 @@
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
     sglang-obs render-dashboard --scenario NAME [--dashboard JSON] --out PNG
     sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
+    sglang-obs snapshot --prometheus URL --from T --to T [--instance I...] --out DIR
 """
 
 from __future__ import annotations
@@ -58,7 +59,31 @@ def main(argv: list[str] | None = None) -> int:
     stack.add_argument("--dir", help="working folder for configs, data and logs")
     stack.add_argument("--free-ports", action="store_true",
                        help="pick free ports instead of 9090/9093/9095/9840/30000")
+    snap = sub.add_parser("snapshot", help="an evidence pack for a time window (CSV, JSON, "
+                          "report, charts)")
+    snap.add_argument("--prometheus", default="http://127.0.0.1:9090", help="Prometheus URL")
+    snap.add_argument("--from", dest="start", required=True,
+                      help="window start: '30m ago', a Unix time or an ISO time (UTC default)")
+    snap.add_argument("--to", dest="end", default="now", help="window end (default now)")
+    snap.add_argument("--instance", action="append", help="only this server (host:port)")
+    snap.add_argument("--step", type=float, default=15.0, help="seconds between rows (15)")
+    snap.add_argument("--out", required=True, help="folder to write the pack into")
     args = parser.parse_args(argv)
+    if args.command == "snapshot":
+        from pathlib import Path  # noqa: PLC0415
+
+        from sglang_obs.snapshot import SnapshotError, take  # noqa: PLC0415
+
+        try:
+            summary = take(args.prometheus, args.start, args.end, Path(args.out),
+                           args.instance, args.step)
+        except SnapshotError as err:
+            print(f"sglang-obs snapshot: {err}", file=sys.stderr)
+            return 2
+        for server, s in summary["servers"].items():
+            print(f"{server}: {' -> '.join(s['dominant']) or 'no bottleneck'}")
+        print(f"wrote {args.out}/report.md, summary.json, series.csv")
+        return 0
     if args.command == "stack":
         from sglang_obs import stack as stack_module  # noqa: PLC0415
 

@@ -1,0 +1,454 @@
+"""`sglang-obs snapshot`: "the model felt slow ten minutes ago" as a shareable evidence pack.
+
+Queries Prometheus over a window and writes, into one folder:
+- series.csv   per-step key series per server, one stable column set (COLUMNS);
+- summary.json the window, the servers, time in each state and the longest episode of each,
+               peaks with their times, alerts that fired, the effective configuration and
+               its changes (schema in docs/snapshot.md);
+- report.md    a one-page summary in seed 000's order: faults first, then prefill vs decode,
+               then the cause; plus PNG charts.
+Queries use the recording rules (the same state classification as alerts and dashboards) and
+are split into chunks under Prometheus's 11,000-points-per-series limit. No prompt or request
+text exists in Prometheus, so none can reach the pack.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sglang_obs.rules import STATES
+
+MAX_POINTS = 11_000
+SCHEMA_VERSION = 1
+BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
+# CSV column -> PromQL giving one series per instance.
+COLUMNS: dict[str, str] = {
+    "state": "instance:sglang_state:code",
+    "request_rate": "sum by (instance) (instance_model:sglang_num_requests:rate5m)",
+    "running": "instance:sglang_running_requests:max",
+    "queue": "instance:sglang_waiting_requests:max",
+    "queue_nonempty_seconds": "instance:sglang_queue_nonempty_duration_seconds:max",
+    "pending_prefill_tokens": "instance:sglang_prefill_backlog_tokens:max",
+    "kv_occupancy": "instance:sglang_kv_occupancy:ratio",
+    "cache_hit_ratio": "max by (instance) (instance_model:sglang_cache_hit:ratio_rate5m)",
+    "ttft_p95_seconds": "max by (instance) (instance_model:sglang_time_to_first_token_seconds:p95_5m)",  # noqa: E501
+    "itl_p95_seconds": "max by (instance) (instance_model:sglang_inter_token_latency_seconds:p95_5m)",  # noqa: E501
+    "e2e_p95_seconds": "max by (instance) (instance_model:sglang_e2e_request_latency_seconds:p95_5m)",  # noqa: E501
+    "input_tokens_per_second": "sum by (instance) (instance_model:sglang_prompt_tokens:rate5m)",
+    "output_tokens_per_second": "sum by (instance) (instance_model:sglang_generation_tokens:rate5m)",  # noqa: E501
+    "decode_speed_per_request": "instance:sglang_decode_speed_per_request:max",
+}
+# GPU series are per exporter host, not per server: one value for the whole window per step.
+GPU_COLUMNS = {
+    "gpu_utilization": "avg(sglang_obs_gpu_utilization_ratio)",
+    "gpu_memory_used_ratio": "sum(sglang_obs_gpu_memory_used_bytes) / "
+                             "(sum(sglang_obs_gpu_memory_total_bytes) > 0)",
+}
+CSV_HEADER = ["timestamp", "time", "instance", *COLUMNS, *GPU_COLUMNS]
+
+
+class SnapshotError(Exception):
+    """A problem the user can fix; the message says what."""
+
+
+# -- time ----------------------------------------------------------------------------------
+_AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s+ago\s*$")
+
+
+def parse_time(text: str, now: float | None = None) -> float:
+    """'now', '30m ago', a Unix timestamp, or an ISO time (UTC unless it says otherwise)."""
+    now = time.time() if now is None else now
+    if text.strip() == "now":
+        return now
+    m = _AGO.match(text)
+    if m:
+        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SnapshotError(f"cannot read time {text!r}: use now, '30m ago', a Unix "
+                            "timestamp or 2026-11-29T10:00:00Z") from None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- Prometheus ------------------------------------------------------------------------------
+class Prometheus:
+    def __init__(self, url: str, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path: str, params: dict) -> dict:
+        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
+                body = json.load(resp)
+        except urllib.error.HTTPError as err:
+            detail = err.read(500).decode("utf-8", "replace")
+            raise SnapshotError(f"Prometheus at {self.url} answered {err.code}: {detail}") \
+                from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise SnapshotError(f"Prometheus at {self.url} is unreachable: "
+                                f"{getattr(err, 'reason', err)}") from None
+        if body.get("status") != "success":
+            raise SnapshotError(f"Prometheus query failed: {body.get('error', body)}")
+        return body["data"]
+
+    def query(self, expr: str, at: float) -> list[dict]:
+        return self._get("/api/v1/query", {"query": expr, "time": at})["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float,
+                    progress=None) -> dict[tuple, dict[float, float]]:
+        """{label tuple: {timestamp: value}}, in chunks under Prometheus's points limit."""
+        out: dict[tuple, dict[float, float]] = {}
+        chunk = step * (MAX_POINTS - 1)
+        t = start
+        while t <= end:
+            stop = min(t + chunk, end)
+            data = self._get("/api/v1/query_range",
+                             {"query": expr, "start": t, "end": stop, "step": step})
+            for series in data["result"]:
+                key = tuple(sorted(series["metric"].items()))
+                points = out.setdefault(key, {})
+                for ts, value in series["values"]:
+                    v = float(value)
+                    if not math.isnan(v):
+                        points[float(ts)] = v
+            if progress:
+                progress(stop)
+            t = stop + step
+        return out
+
+    def retention_seconds(self) -> float | None:
+        """The time retention Prometheus runs with (None when it does not say)."""
+        try:
+            text = self._get("/api/v1/status/runtimeinfo", {}).get("storageRetention", "")
+        except SnapshotError:
+            return None
+        m = re.match(r"\s*(\d+)(y|w|d|h|m)\b", text)
+        units = {"y": 31536000, "w": 604800, "d": 86400, "h": 3600, "m": 60}
+        return int(m.group(1)) * units[m.group(2)] if m else None
+
+
+# -- the pack -------------------------------------------------------------------------------
+@dataclass
+class Window:
+    start: float
+    end: float
+    step: float
+
+
+def _episodes(points: dict[float, float], code: int, step: float) -> list[tuple[float, float]]:
+    """Runs of consecutive steps in state `code`: (start, end) with end exclusive."""
+    runs, start, last = [], None, None
+    for ts in sorted(points):
+        if points[ts] == code and (start is None or ts - last <= step * 1.5):
+            start = ts if start is None else start
+        elif points[ts] == code:
+            runs.append((start, last + step))
+            start = ts
+        elif start is not None:
+            runs.append((start, last + step))
+            start = None
+        last = ts if points[ts] == code else last
+    if start is not None:
+        runs.append((start, last + step))
+    return runs
+
+
+def _instance(key: tuple) -> str:
+    return dict(key).get("instance", "")
+
+
+def collect(prom: Prometheus, window: Window, instances: list[str] | None,
+            progress=None) -> dict:
+    w = window
+    if w.end <= w.start:
+        raise SnapshotError(f"empty window: --from {iso(w.start)} is not before --to "
+                            f"{iso(w.end)}")
+    retention = prom.retention_seconds()
+    if retention is not None and w.end < time.time() - retention:
+        raise SnapshotError(f"the window ends before Prometheus's retention "
+                            f"({retention / 86400:g} days): that data is gone")
+    states = prom.query_range(COLUMNS["state"], w.start, w.end, w.step, progress)
+    servers = sorted({_instance(k) for k in states})
+    if not servers:
+        raw = prom.query_range("count by (instance) (sglang_obs_up)", w.start, w.end,
+                               max(w.step, (w.end - w.start) / 100))
+        if not raw:
+            raise SnapshotError(f"no data between {iso(w.start)} and {iso(w.end)}: the window "
+                                "is empty, beyond retention, or the recording rules are not "
+                                "loaded (prometheus/rules/sglang.rules.yml)")
+        servers = sorted({_instance(k) for k in raw})
+    if instances:
+        unknown = sorted(set(instances) - set(servers))
+        if unknown:
+            raise SnapshotError(f"unknown instance {', '.join(unknown)}; servers in this window:"
+                                f" {', '.join(servers) or 'none'}")
+        servers = list(instances)
+    columns = {name: prom.query_range(expr, w.start, w.end, w.step)
+               for name, expr in COLUMNS.items() if name != "state"}
+    columns["state"] = states
+    gpu = {name: prom.query_range(expr, w.start, w.end, w.step)
+           for name, expr in GPU_COLUMNS.items()}
+    return {"servers": servers, "columns": columns, "gpu": gpu}
+
+
+def write_csv(data: dict, path: Path) -> None:
+    steps = sorted({ts for series in data["columns"]["state"].values() for ts in series} |
+                   {ts for col in data["columns"].values() for s in col.values() for ts in s})
+    gpu = {name: next(iter(series.values()), {}) for name, series in data["gpu"].items()}
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CSV_HEADER)
+        for server in data["servers"]:
+            by_col = {name: next((v for k, v in col.items() if _instance(k) == server), {})
+                      for name, col in data["columns"].items()}
+            for ts in steps:
+                row = [int(ts), iso(ts), server]
+                for name in COLUMNS:
+                    value = by_col[name].get(ts)
+                    if name == "state" and value is not None:
+                        value = STATES[int(value)]
+                    row.append("" if value is None else _fmt(value))
+                row += ["" if gpu[n].get(ts) is None else _fmt(gpu[n][ts]) for n in GPU_COLUMNS]
+                writer.writerow(row)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+def _peak(series: dict[float, float]) -> dict | None:
+    if not series:
+        return None
+    ts = max(series, key=lambda t: (series[t], -t))  # the first time of the highest value
+    return {"value": series[ts], "at": iso(ts)}
+
+
+def summarize(prom: Prometheus, data: dict, window: Window) -> dict:
+    w = window
+    servers = {}
+    for server in data["servers"]:
+        codes = next((v for k, v in data["columns"]["state"].items()
+                      if _instance(k) == server), {})
+        states = {}
+        for code, name in enumerate(STATES):
+            runs = _episodes(codes, code, w.step)
+            if runs:
+                longest = max(runs, key=lambda r: r[1] - r[0])
+                states[name] = {
+                    "seconds": sum(1 for v in codes.values() if v == code) * w.step,
+                    "episodes": len(runs),
+                    "first_at": iso(runs[0][0]),
+                    "longest": {"seconds": longest[1] - longest[0], "from": iso(longest[0]),
+                                "to": iso(longest[1])}}
+        peaks = {}
+        for name in ("queue", "queue_nonempty_seconds", "pending_prefill_tokens", "running",
+                     "kv_occupancy", "ttft_p95_seconds", "itl_p95_seconds"):
+            series = next((v for k, v in data["columns"][name].items()
+                           if _instance(k) == server), {})
+            peaks[name] = _peak(series)
+        servers[server] = {"states": states, "peaks": peaks,
+                           "dominant": dominant(states),
+                           "config": config_changes(prom, server, w)}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "window": {"from": iso(w.start), "to": iso(w.end), "step_seconds": w.step},
+        "servers": servers,
+        "alerts": alerts(prom, w),
+    }
+
+
+def dominant(states: dict) -> list[str]:
+    """Bottleneck classes with time in them, in order of onset (seed 000: backlog first)."""
+    found = [s for s in BOTTLENECKS if s in states]
+    return sorted(found, key=lambda s: states[s]["first_at"])
+
+
+def alerts(prom: Prometheus, w: Window) -> list[dict]:
+    series = prom.query_range('ALERTS{alertstate="firing"}', w.start, w.end, w.step)
+    out = []
+    for key, points in series.items():
+        labels = {k: v for k, v in key if k not in ("__name__", "alertstate")}
+        if labels.get("alertname") == "Watchdog":
+            continue
+        out.append({"alertname": labels.pop("alertname", ""),
+                    "severity": labels.pop("severity", ""), "labels": labels,
+                    "first_firing": iso(min(points)), "last_firing": iso(max(points))})
+    return sorted(out, key=lambda a: (a["first_firing"], a["alertname"]))
+
+
+def config_changes(prom: Prometheus, server: str, w: Window) -> dict:
+    series = prom.query_range(f'sglang_obs_server_config_info{{instance="{server}"}}',
+                              w.start, w.end, max(w.step, 60))
+    versions = []
+    for key, points in sorted(series.items(), key=lambda kv: min(kv[1])):
+        labels = {k: v for k, v in key if k not in ("__name__", "job", "instance", "server")}
+        versions.append({"from": iso(min(points)), "to": iso(max(points)), "config": labels})
+    return {"effective": versions[-1]["config"] if versions else None,
+            "changed": len(versions) > 1, "versions": versions}
+
+
+# -- the human side ------------------------------------------------------------------------
+def report(summary: dict, charts: list[str]) -> str:
+    w = summary["window"]
+    lines = [f"# SGLang snapshot {w['from']} – {w['to']}", ""]
+    firing = summary["alerts"]
+    faults = [a for a in firing if a["alertname"] in (
+        "SGLangServerDown", "SGLangContainerRestarting", "SGLangOOMKilled", "GPULost",
+        "GPUXidCritical", "GPUUncorrectableECC", "GPURowRemapFailure", "SGLangExporterDown")]
+    for server, s in summary["servers"].items():
+        states, peaks = s["states"], s["peaks"]
+        lines += [f"## {server}", ""]
+        # 1. Faults first: a crash or a sick GPU explains everything after it.
+        down = states.get("unavailable")
+        server_faults = [a for a in faults if a["labels"].get("instance") in (server, None)
+                         or a["alertname"].startswith("GPU")]
+        if down or server_faults:
+            lines.append("**1. Faults:** " + "; ".join(
+                ([f"unavailable for {down['seconds']:.0f} s (longest from "
+                  f"{down['longest']['from']})"] if down else [])
+                + [f"{a['alertname']} from {a['first_firing']}" for a in server_faults]) + ".")
+        else:
+            lines.append("**1. Faults:** none — the server answered throughout, no crash, no "
+                         "GPU error alert.")
+        # 2. Prefill versus decode, in order of onset.
+        order = s["dominant"]
+        if order:
+            parts = []
+            for name in order:
+                st = states[name]
+                parts.append(f"**{name}** from {st['first_at']} ({st['seconds']:.0f} s in "
+                             f"{st['episodes']} episode(s), longest {st['longest']['seconds']:.0f}"
+                             f" s from {st['longest']['from']})")
+            lines.append("**2. Where requests waited:** " + ", then ".join(parts) + ".")
+        else:
+            lines.append("**2. Where requests waited:** nowhere — no bottleneck state in this "
+                         "window.")
+        # 3. The evidence behind it.
+        evidence = []
+        for key, label, unit in (
+            ("pending_prefill_tokens", "pending prefill tokens", ""),
+            ("queue", "queued requests", ""), ("queue_nonempty_seconds",
+                                                "continuous queueing", " s"),
+            ("running", "running requests", ""), ("kv_occupancy", "KV occupancy", ""),
+            ("ttft_p95_seconds", "TTFT p95", " s"), ("itl_p95_seconds", "ITL p95", " s"),
+        ):
+            p = peaks.get(key)
+            if p:
+                v = p["value"]
+                value = (f"{v:.0%}" if key == "kv_occupancy" else f"{v:,.0f}" if v >= 100
+                         else f"{v:.3g}")
+                evidence.append(f"{label} peaked at {value}{unit} at {p['at']}")
+        lines.append("**3. Evidence:** " + "; ".join(evidence) + "." if evidence else
+                     "**3. Evidence:** no data.")
+        config = s["config"]
+        if config["effective"]:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(config["effective"].items()) if v)
+            lines.append(f"**Configuration:** {shown}"
+                         + (" (it changed in this window: see summary.json)."
+                            if config["changed"] else "."))
+        lines.append("")
+    # One paragraph per point: blank lines between them, so Markdown keeps them apart.
+    lines = [ln for line in lines for ln in ((line, "") if line.startswith("**") else (line,))]
+    lines += ["## Alerts that fired", ""]
+    lines += [f"- {a['alertname']} ({a['severity']}) {a['first_firing']} – {a['last_firing']}"
+              + (f" on {a['labels']['instance']}" if a["labels"].get("instance") else "")
+              for a in firing] or ["- none (read from the ALERTS series: a Prometheus that "
+                                   "evaluated the rules live has it, a backfilled one not)"]
+    lines += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
+    lines += ["", "Files: `series.csv` (per step and server), `summary.json` (docs/snapshot.md).",
+              ""]
+    return "\n".join(lines)
+
+
+def charts(data: dict, out: Path) -> list[str]:
+    import matplotlib  # noqa: PLC0415 - only the snapshot draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from sglang_obs.render_dashboard import STATE_COLOURS  # noqa: PLC0415
+
+    written = []
+    panels = (("pressure.png", (("queue", "queued requests"), ("running", "running requests"))),
+              ("backlog.png", (("pending_prefill_tokens", "pending prefill tokens"),)),
+              ("latency.png", (("ttft_p95_seconds", "TTFT p95 (s)"),
+                               ("itl_p95_seconds", "ITL p95 (s)"))),
+              ("kv.png", (("kv_occupancy", "KV occupancy"),
+                          ("cache_hit_ratio", "cache hit ratio"))))
+    for server in data["servers"]:
+        codes = next((v for k, v in data["columns"]["state"].items()
+                      if _instance(k) == server), {})
+        fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(10, 2.2 * (len(panels) + 1)),
+                                 sharex=True)
+        t0 = min(codes) if codes else 0
+        for ts, code in sorted(codes.items()):
+            axes[0].axvspan((ts - t0) / 60, (ts - t0 + 15) / 60,
+                            color=STATE_COLOURS[STATES[int(code)]])
+        axes[0].set_yticks([])
+        axes[0].set_title(f"{server}: state (orange prefill backlog, red decode contention, "
+                          "purple KV capacity, yellow scheduling, green healthy)", fontsize=8)
+        for ax, (_, series) in zip(axes[1:], panels, strict=True):
+            for name, label in series:
+                points = next((v for k, v in data["columns"][name].items()
+                               if _instance(k) == server), {})
+                if points:
+                    ts = sorted(points)
+                    ax.plot([(t - t0) / 60 for t in ts], [points[t] for t in ts], label=label)
+            ax.legend(fontsize=7, loc="upper left")
+            ax.tick_params(labelsize=7)
+        axes[-1].set_xlabel("minutes from the window's start")
+        fig.tight_layout()
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", server) + ".png"
+        fig.savefig(out / name, dpi=80)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def take(prometheus_url: str, start: str, end: str, out: Path,
+         instances: list[str] | None = None, step: float = 15.0) -> dict:
+    now = time.time()
+    window = Window(parse_time(start, now), parse_time(end, now), step)
+    prom = Prometheus(prometheus_url)
+    total = max(window.end - window.start, 1)
+    long = total / step > 2000
+
+    def progress(t: float) -> None:
+        if long:
+            done = min((t - window.start) / total, 1.0)
+            sys.stderr.write(f"\rquerying [{'#' * int(done * 30):30}] {done:4.0%}")
+            sys.stderr.flush()
+
+    data = collect(prom, window, instances, progress)
+    if long:
+        sys.stderr.write("\n")
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(data, out / "series.csv")
+    summary = summarize(prom, data, window)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    names = charts(data, out)
+    (out / "report.md").write_text(report(summary, names))
+    return summary

@@ -1,0 +1,128 @@
+"""`sglang-obs snapshot` against a real Prometheus backfilled with simulator scenarios."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_obs.backfill import backfill, prometheus
+from sglang_obs.snapshot import CSV_HEADER, parse_time
+from simulator import scenario as scenarios
+
+from conftest import ROOT, require_binary
+
+EXE = str(Path(sys.executable).parent / "sglang-obs")
+GOLDEN_HEADER = ROOT / "tests/fixtures/snapshot_header.csv"
+GOLDEN_KEYS = ROOT / "tests/fixtures/snapshot_summary_keys.json"
+
+
+def keys(doc, prefix=""):
+    """The key paths of a JSON document, with per-server and per-state keys generalised."""
+    out = set()
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            name = ("<instance>" if prefix == "servers" else "<state>" if prefix.endswith(
+                "states") else "<series>" if prefix.endswith("peaks") else k)
+            path = f"{prefix}.{name}" if prefix else name
+            out.add(path)
+            out |= keys(v, path)
+    elif isinstance(doc, list) and doc and isinstance(doc[0], dict):
+        out |= keys(doc[0], prefix + "[]")
+    return out
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory):
+    require_binary("promtool")
+    require_binary("prometheus")
+    base = tmp_path_factory.mktemp("incident")
+    b = backfill("long-context-incident", base / "data")
+    out = base / "pack"
+    with prometheus(b.data) as url:
+        result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                                 "--to", str(b.end), "--out", str(out)],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return b, out, result.stdout
+
+
+def test_seed_000_names_prefill_backlog_then_decode_contention(incident):
+    b, out, stdout = incident
+    summary = json.loads((out / "summary.json").read_text())
+    [server] = summary["servers"].values()
+    assert server["dominant"][:2] == ["prefill_backlog", "decode_contention"]
+    assert "prefill_backlog -> decode_contention" in stdout
+    report = (out / "report.md").read_text()
+    assert report.index("**prefill_backlog**") < report.index("**decode_contention**")
+
+
+def test_peaks_are_at_the_incidents_times(incident):
+    b, out, _ = incident
+    summary = json.loads((out / "summary.json").read_text())
+    [server] = summary["servers"].values()
+    backlog = next(t for t in scenarios.load("long-context-incident").truth
+                   if t.cls == "prefill_backlog")
+    for peak in ("pending_prefill_tokens", "queue"):
+        at = parse_time(server["peaks"][peak]["at"]) - b.start
+        assert backlog.start - 15 <= at <= backlog.end + 15, (peak, at)
+    assert 300_000 <= server["peaks"]["pending_prefill_tokens"]["value"] <= 650_000
+    assert 60 <= server["peaks"]["queue_nonempty_seconds"]["value"] <= 120
+
+
+def test_csv_header_and_json_schema_match_the_golden_files(incident, request):
+    _, out, _ = incident
+    header = (out / "series.csv").read_text().splitlines()[0]
+    found = sorted(keys(json.loads((out / "summary.json").read_text())))
+    if request.config.getoption("--update-golden"):
+        GOLDEN_HEADER.write_text(header + "\n")
+        GOLDEN_KEYS.write_text(json.dumps(found, indent=1) + "\n")
+    assert header == GOLDEN_HEADER.read_text().strip() == ",".join(CSV_HEADER)
+    assert found == json.loads(GOLDEN_KEYS.read_text())
+    rows = (out / "series.csv").read_text().splitlines()[1:]
+    assert len(rows) >= 70
+    states = {r.split(",")[3] for r in rows}
+    assert {"prefill_backlog", "decode_contention", "healthy"} <= states
+
+
+def test_charts_are_drawn_and_the_report_links_them(incident):
+    _, out, _ = incident
+    pngs = list(out.glob("*.png"))
+    assert pngs
+    assert all(p.stat().st_size > 10_000 for p in pngs)
+    assert all(f"]({p.name})" in (out / "report.md").read_text() for p in pngs)
+
+
+def test_a_crash_is_reported_first_as_a_fault(tmp_path):
+    require_binary("prometheus")
+    b = backfill("crash-restart", tmp_path / "data")
+    with prometheus(b.data) as url:
+        result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                                 "--to", str(b.end), "--out", str(tmp_path / "pack")],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "pack/report.md").read_text()
+    assert "**1. Faults:** unavailable for" in report
+
+
+def test_clear_errors_for_bad_windows_and_servers(incident, tmp_path):
+    b, _, _ = incident
+    cases = [
+        (["--prometheus", "http://127.0.0.1:9", "--from", "10m ago"], "unreachable"),
+        (["--from", "now", "--to", "1h ago"], "empty window"),
+        (["--from", "yesterday-ish"], "cannot read time"),
+    ]
+    with prometheus(b.data) as url:
+        cases += [
+            (["--prometheus", url, "--from", str(b.start), "--to", str(b.end),
+              "--instance", "nope:1"], "unknown instance nope:1"),
+            (["--prometheus", url, "--from", "400d ago", "--to", "399d ago"], "retention"),
+            (["--prometheus", url, "--from", str(b.start - 86400 * 3),
+              "--to", str(b.start - 86400 * 2)], "no data between"),
+        ]
+        for args, message in cases:
+            result = subprocess.run([EXE, "snapshot", *args, "--out", str(tmp_path / "x")],
+                                    capture_output=True, text=True, timeout=60)
+            assert result.returncode == 2, (args, result.stderr)
+            assert message in result.stderr, (args, result.stderr)
