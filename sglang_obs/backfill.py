@@ -77,7 +77,9 @@ def prometheus(data: Path, config: str = "global: {scrape_interval: 1m}\n",
     binary = _binary("prometheus")
     port = _free_port()
     workdir = Path(tempfile.mkdtemp(prefix="prom-"))
-    (workdir / "prometheus.yml").write_text(config)
+    # A config that scrapes Prometheus itself names it localhost:9090: point that at us.
+    (workdir / "prometheus.yml").write_text(config.replace("localhost:9090",
+                                                           f"127.0.0.1:{port}"))
     log = (workdir / "prometheus.log").open("w")
     proc = subprocess.Popen(
         [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={data}",

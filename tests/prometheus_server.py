@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from sglang_obs.backfill import prometheus
 
 from conftest import require_binary
 
@@ -21,41 +22,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_prometheus(config_text: str, workdir: Path, extra_files: dict[str, str] | None = None):
-    binary = require_binary("prometheus")
-    port = free_port()
-    config = workdir / "prometheus.yml"
-    config.write_text(config_text.replace("localhost:9090", f"127.0.0.1:{port}"))
-    for name, text in (extra_files or {}).items():
-        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
-        (workdir / name).write_text(text)
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, (workdir / "prometheus.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.1)
+def running_prometheus(config_text: str, workdir: Path):
+    """The project's own runner (sglang_obs.backfill.prometheus) over `workdir/data`."""
+    require_binary("prometheus")
+    with prometheus(workdir / "data", config_text) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def query(url: str, expr: str) -> list[dict]:
