@@ -126,3 +126,18 @@ def test_clear_errors_for_bad_windows_and_servers(incident, tmp_path):
                                     capture_output=True, text=True, timeout=60)
             assert result.returncode == 2, (args, result.stderr)
             assert message in result.stderr, (args, result.stderr)
+
+
+def test_long_ranges_are_split_under_the_points_limit(incident):
+    b, _, _ = incident
+    from sglang_obs.snapshot import MAX_POINTS, Prometheus
+
+    calls = []
+    with prometheus(b.data) as url:
+        prom = Prometheus(url)
+        step = (b.end - b.start) / (MAX_POINTS * 1.5)  # one query would be refused
+        series = prom.query_range("instance:sglang_state:code", b.start, b.end, step,
+                                  progress=calls.append)
+    [points] = series.values()
+    assert len(calls) == 2
+    assert len(points) > MAX_POINTS
