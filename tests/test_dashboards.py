@@ -38,6 +38,12 @@ import dashlib  # noqa: E402
 from exporter.catalogue import METRICS  # noqa: E402
 from sglang_obs.rules import STATES  # noqa: E402
 
+from promql_text import grouping_after as _grouping_after  # noqa: E402
+from promql_text import innermost_call as _innermost_call  # noqa: E402
+from promql_text import matching_paren as _matching_paren  # noqa: E402
+from promql_text import paren_owners as _paren_owners  # noqa: E402
+from promql_text import strip_strings as _strip_strings  # noqa: E402
+
 UIDS = {
     "sglang-overview.json": "sglang-overview",
     "sglang-latency.json": "sglang-latency",
@@ -130,45 +136,11 @@ def _variables(dashboard: dict) -> list[dict]:
 
 
 # -- PromQL text helpers (the same approach as test_promtool_rules) ---------------------------
-def _strip_strings(expr: str) -> str:
-    """Blank out string literals, keeping offsets."""
-    return re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`',
-                  lambda m: '"' + " " * (len(m.group()) - 2) + '"', expr)
-
 
 def _blank(pattern: str, text: str) -> str:
     return re.sub(pattern, lambda m: m.group()[0] + " " * (len(m.group()) - 2) + m.group()[-1],
                   text)
 
-
-def _matching_paren(text: str, open_index: int) -> int:
-    depth = 0
-    for i in range(open_index, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i
-    raise AssertionError(f"unbalanced parentheses in {text!r}")
-
-
-def _paren_owners(expr: str) -> list[tuple[int, int, str]]:
-    """(open, close, word before the parenthesis) for every parenthesis pair."""
-    pairs, stack = [], []
-    for i, char in enumerate(expr):
-        if char == "(":
-            word = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", expr[:i])
-            stack.append((i, word.group(1) if word else ""))
-        elif char == ")":
-            start, word = stack.pop()
-            pairs.append((start, i, word))
-    assert not stack, f"unbalanced parentheses in {expr!r}"
-    return pairs
-
-
-def _innermost_call(pairs, position: int) -> str:
-    calls = [(start, end, word) for start, end, word in pairs if start < position < end
-             and word and word not in ("by", "without", "on", "ignoring", "group_left",
-                                       "group_right")]
-    return max(calls)[2] if calls else ""
 
 
 def metric_names(expr: str) -> set[str]:
@@ -203,12 +175,6 @@ def counter_violations(expr: str) -> list[str]:
             bad.append(f"{match.group()} under {owner or 'nothing'}()")
     return bad
 
-
-def _grouping_after(text: str, index: int) -> tuple[str, list[str]] | None:
-    match = re.match(r"\s*(by|without)\s*\(([^)]*)\)", text[index:])
-    if not match:
-        return None
-    return match.group(1), [label.strip() for label in match.group(2).split(",") if label.strip()]
 
 
 def quantile_violations(expr: str) -> list[str]:

@@ -18,6 +18,11 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_binary
+from promql_text import grouping_after as _grouping_after
+from promql_text import innermost_call as _innermost_call
+from promql_text import matching_paren as _matching_paren
+from promql_text import paren_owners as _paren_owners
+from promql_text import strip_strings as _strip_strings
 
 RULES_DIR = ROOT / "prometheus" / "rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
@@ -179,33 +184,6 @@ def test_zero_for_allowlist_is_current():
         f"stale ZERO_FOR_ALLOWED entries: {sorted(set(ZERO_FOR_ALLOWED) - zero_for)}")
 
 
-def _strip_strings(expr: str) -> str:
-    """Blank out string literals and comments, keeping offsets."""
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`',
-                  lambda m: '"' + " " * (len(m.group()) - 2) + '"', expr)
-    return re.sub(r"#[^\n]*", lambda m: " " * len(m.group()), expr)
-
-
-def _paren_owners(expr: str) -> list[tuple[int, int, str]]:
-    """(open, close, word before the parenthesis) for every parenthesis pair."""
-    pairs, stack = [], []
-    for i, char in enumerate(expr):
-        if char == "(":
-            word = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", expr[:i])
-            stack.append((i, word.group(1) if word else ""))
-        elif char == ")":
-            start, word = stack.pop()
-            pairs.append((start, i, word))
-    assert not stack, f"unbalanced parentheses in {expr!r}"
-    return pairs
-
-
-def _innermost_call(pairs, position: int) -> str:
-    enclosing = [(start, end, word) for start, end, word in pairs if start < position < end]
-    calls = [p for p in enclosing if p[2] and p[2] not in ("by", "without", "on", "ignoring",
-                                                           "group_left", "group_right")]
-    return max(calls)[2] if calls else ""
-
 
 def _selector_spans(expr: str) -> list[tuple[int, int]]:
     return [m.span() for m in re.finditer(r"\{[^}]*\}", expr)]
@@ -240,21 +218,6 @@ def test_counters_only_under_rate_increase_resets(rule_name, expr):
             f"{rule_name}: counter {match.group()} used under {owner or 'nothing'}(), "
             "not rate/increase/resets")
 
-
-def _matching_paren(text: str, open_index: int) -> int:
-    depth = 0
-    for i in range(open_index, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i
-    raise AssertionError(f"unbalanced parentheses in {text!r}")
-
-
-def _grouping_after(text: str, index: int) -> tuple[str, list[str]] | None:
-    match = re.match(r"\s*(by|without)\s*\(([^)]*)\)", text[index:])
-    if not match:
-        return None
-    return match.group(1), [label.strip() for label in match.group(2).split(",") if label.strip()]
 
 
 @pytest.mark.parametrize(("rule_name", "expr"), _all_rule_exprs(),
