@@ -48,3 +48,31 @@ def grouping_after(text: str, index: int) -> tuple[str, list[str]] | None:
     if not match:
         return None
     return match.group(1), [label.strip() for label in match.group(2).split(",") if label.strip()]
+
+
+AGGREGATORS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk",
+               "bottomk", "quantile", "count_values")
+
+
+def quantile_violations(expr: str) -> list[str]:
+    """Aggregations inside histogram_quantile that drop `le` (the quantile becomes wrong)."""
+    clean = strip_strings(expr)
+    aggregator = re.compile(r"\b(" + "|".join(AGGREGATORS) + r")\b\s*(?=\(|by\b|without\b)")
+    bad = []
+    for hq in re.finditer(r"\bhistogram_quantile\s*\(", clean):
+        body_start = hq.end() - 1
+        body = clean[body_start:matching_paren(clean, body_start) + 1]
+        for agg in aggregator.finditer(body):
+            grouping = grouping_after(body, agg.end())
+            rest = agg.end() + (re.match(r"\s*(by|without)\s*\([^)]*\)", body[agg.end():]).end()
+                                if grouping else 0)
+            open_index = body.index("(", rest)
+            if grouping is None:  # trailing form: sum(...) by (le)
+                grouping = grouping_after(body, matching_paren(body, open_index) + 1)
+            if grouping is None:
+                bad.append(f"{agg.group(1)}() drops le")
+                continue
+            mode, labels = grouping
+            if ("le" in labels) != (mode == "by"):
+                bad.append(f"{agg.group(1)} {mode} ({', '.join(labels)}) drops le")
+    return bad

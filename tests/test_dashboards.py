@@ -38,10 +38,10 @@ import dashlib  # noqa: E402
 from exporter.catalogue import METRICS  # noqa: E402
 from sglang_obs.rules import STATES  # noqa: E402
 
-from promql_text import grouping_after as _grouping_after  # noqa: E402
 from promql_text import innermost_call as _innermost_call  # noqa: E402
 from promql_text import matching_paren as _matching_paren  # noqa: E402
 from promql_text import paren_owners as _paren_owners  # noqa: E402
+from promql_text import quantile_violations  # noqa: E402
 from promql_text import strip_strings as _strip_strings  # noqa: E402
 
 UIDS = {
@@ -61,8 +61,6 @@ NO_UNIT = {"row": "a row holds panels, not values", "alertlist": "lists alerts, 
 NO_TARGETS = {"row": "a row holds panels", "alertlist": "reads Grafana's alert state"}
 RANGE_SUMMARY_TYPES = {"stat", "table", "bargauge"}  # may summarise over $__range
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets", "changes"}
-AGGREGATORS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk",
-               "bottomk", "quantile", "count_values")
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
                    "or", "unless", "offset", "inf", "nan"}
 PROMETHEUS_BUILTINS = {"up": "Prometheus's own scrape health"}
@@ -177,27 +175,6 @@ def counter_violations(expr: str) -> list[str]:
 
 
 
-def quantile_violations(expr: str) -> list[str]:
-    clean = _strip_strings(expr)
-    aggregator = re.compile(r"\b(" + "|".join(AGGREGATORS) + r")\b\s*(?=\(|by\b|without\b)")
-    bad = []
-    for hq in re.finditer(r"\bhistogram_quantile\s*\(", clean):
-        body_start = hq.end() - 1
-        body = clean[body_start:_matching_paren(clean, body_start) + 1]
-        for agg in aggregator.finditer(body):
-            grouping = _grouping_after(body, agg.end())
-            rest = agg.end() + (re.match(r"\s*(by|without)\s*\([^)]*\)", body[agg.end():]).end()
-                                if grouping else 0)
-            open_index = body.index("(", rest)
-            if grouping is None:  # trailing form: sum(...) by (le)
-                grouping = _grouping_after(body, _matching_paren(body, open_index) + 1)
-            if grouping is None:
-                bad.append(f"{agg.group(1)}() drops le")
-                continue
-            mode, labels = grouping
-            if ("le" in labels) != (mode == "by"):
-                bad.append(f"{agg.group(1)} {mode} ({', '.join(labels)}) drops le")
-    return bad
 
 
 def unguarded_divisions(expr: str) -> list[str]:

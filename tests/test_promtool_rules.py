@@ -18,10 +18,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_binary
-from promql_text import grouping_after as _grouping_after
 from promql_text import innermost_call as _innermost_call
-from promql_text import matching_paren as _matching_paren
 from promql_text import paren_owners as _paren_owners
+from promql_text import quantile_violations
 from promql_text import strip_strings as _strip_strings
 
 RULES_DIR = ROOT / "prometheus" / "rules"
@@ -45,8 +44,6 @@ ZERO_FOR_ALLOWED = {
     "GPURowRemapFailure": "a latched hardware flag",
 }
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}
-AGGREGATORS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk",
-               "bottomk", "quantile", "count_values")
 
 
 def _load(path: Path) -> dict:
@@ -223,23 +220,7 @@ def test_counters_only_under_rate_increase_resets(rule_name, expr):
 @pytest.mark.parametrize(("rule_name", "expr"), _all_rule_exprs(),
                          ids=[f"{i}-{name}" for i, (name, _) in enumerate(_all_rule_exprs())])
 def test_histogram_quantile_keeps_le(rule_name, expr):
-    clean = _strip_strings(expr)
-    aggregator = re.compile(r"\b(" + "|".join(AGGREGATORS) + r")\b\s*(?=\(|by\b|without\b)")
-    for hq in re.finditer(r"\bhistogram_quantile\s*\(", clean):
-        body_start = hq.end() - 1
-        body = clean[body_start:_matching_paren(clean, body_start) + 1]
-        for agg in aggregator.finditer(body):
-            grouping = _grouping_after(body, agg.end())
-            rest = agg.end() + (re.match(r"\s*(by|without)\s*\([^)]*\)", body[agg.end():]).end()
-                                if grouping else 0)
-            open_index = body.index("(", rest)
-            if grouping is None:  # trailing form: sum(...) by (le)
-                grouping = _grouping_after(body, _matching_paren(body, open_index) + 1)
-            assert grouping is not None, (
-                f"{rule_name}: {agg.group(1)}() inside histogram_quantile drops le")
-            mode, labels = grouping
-            keeps_le = ("le" in labels) if mode == "by" else ("le" not in labels)
-            assert keeps_le, f"{rule_name}: {agg.group(1)} {mode} ({', '.join(labels)}) drops le"
+    assert not quantile_violations(expr), f"{rule_name}: {quantile_violations(expr)}"
 
 
 def test_lint_helpers_catch_bad_expressions():
