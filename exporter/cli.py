@@ -268,7 +268,9 @@ def gpu_sampler(args) -> GpuSampler | None:
         log.warning("GPU collector off: the nvidia-ml-py package is not installed")
         return None
     xid = XidWatcher(backend.nvml)
-    return GpuSampler(backend, xid, interval=args.collector_nvml_interval)
+    ports = {int(server_label(u).rsplit(":", 1)[1]): server_label(u) for u in args.sglang_url}
+    return GpuSampler(backend, xid, interval=args.collector_nvml_interval,
+                      process_servers=ProcessServers(ports))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,9 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.collector_nvml:
         sampler = gpu_sampler(args)
         if sampler is not None:
-            ports = {int(server_label(u).rsplit(":", 1)[1]): server_label(u)
-                     for u in args.sglang_url}
-            collectors.append(GpuCollector(sampler, ProcessServers(ports)))
+            collectors.append(GpuCollector(sampler))
             threads.append(sampler)
 
     registry = CollectorRegistry()

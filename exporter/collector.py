@@ -307,9 +307,8 @@ class GpuCollector:
                 "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
                 "dram_bandwidth_ratio")
 
-    def __init__(self, sampler, process_servers=None):
+    def __init__(self, sampler):
         self._sampler = sampler
-        self._process_servers = process_servers or (lambda pid: "")
 
     def describe(self):
         return []
@@ -355,11 +354,7 @@ class GpuCollector:
                 (ecc_vol if counter == "volatile" else ecc_agg).add_metric([*labels, error], n)
             for kind, n in sorted(g.remapped_rows.items()):
                 rows.add_metric([*labels, kind], n)
-            by_server: dict[str, float] = {}
-            for pid, used in g.processes:
-                server = self._process_servers(pid)
-                by_server[server] = by_server.get(server, 0.0) + used
-            for server, used in sorted(by_server.items()):
+            for server, used in sorted(g.process_memory.items()):
                 procs.add_metric([*labels, server], used)
         yield from (info, device_up, *values.values(), events, ecc_vol, ecc_agg, rows, procs)
         if sampler.xid is not None:

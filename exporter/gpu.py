@@ -21,8 +21,10 @@ GPU_LOST_XID = 79  # NVML's GpuIsLost is Xid 79, "fallen off the bus"
 
 class GpuSampler:
     def __init__(self, backend: NvmlBackend, xid: XidWatcher | None = None,
-                 interval: float = 5.0):
+                 interval: float = 5.0, process_servers=None):
         self.backend = backend
+        # pid -> SGLang server; it reads /proc, so it runs here, never on the scrape path.
+        self.process_servers = process_servers or (lambda pid: "")
         self.xid = xid
         self.interval = interval
         self.reading = NvmlReading(False, [])
@@ -55,6 +57,10 @@ class GpuSampler:
                     if (gpu.uuid, at, xid) not in self._feed_seen:
                         self._feed_seen.add((gpu.uuid, at, xid))
                         self.xid.record(str(gpu.index), gpu.uuid, xid, at=at)
+        for gpu in reading.gpus:
+            for pid, used in gpu.processes:
+                server = self.process_servers(pid)
+                gpu.process_memory[server] = gpu.process_memory.get(server, 0.0) + used
         if reading.ok:
             self.last_success = time.time()
         self.reading = reading

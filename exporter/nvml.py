@@ -63,6 +63,7 @@ class GpuReading:
     ecc: dict[tuple[str, str], float] = field(default_factory=dict)  # (counter, type) -> n
     remapped_rows: dict[str, float] = field(default_factory=dict)  # type -> rows
     processes: list[tuple[int, float]] = field(default_factory=list)  # (pid, bytes)
+    process_memory: dict[str, float] = field(default_factory=dict)  # server -> bytes
 
 
 @dataclass

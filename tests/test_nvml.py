@@ -52,9 +52,10 @@ class Rig:
         self.nvml = nvml
         self.backend = NvmlBackend(nvml, processes=processes)
         self.xid = XidWatcher(nvml, wait_ms=20)
-        self.sampler = GpuSampler(self.backend, self.xid, interval=0.02)
+        self.sampler = GpuSampler(self.backend, self.xid, interval=0.02,
+                                  process_servers=process_servers)
         self.registry = CollectorRegistry()
-        self.registry.register(GpuCollector(self.sampler, process_servers))
+        self.registry.register(GpuCollector(self.sampler))
 
     def cycle(self, times: int = 1) -> None:
         for _ in range(times):
