@@ -98,9 +98,7 @@ class FileFollower:
             if len(self._buffer) > MAX_LINE:  # a runaway line: drop what we have of it
                 self._buffer = b""
                 self.stats.feed(None)
-            for line in lines:
-                self.stats.feed(parse_line(line[:MAX_LINE]))
-                fed += 1
+            fed += feed_lines(lines, self.stats)
 
 
 def feed_lines(lines: Iterable[bytes | str], stats: LogStats) -> int:
@@ -108,6 +106,8 @@ def feed_lines(lines: Iterable[bytes | str], stats: LogStats) -> int:
     for line in lines:
         stats.feed(parse_line(line[:MAX_LINE]))
         n += 1
+    if n:
+        stats.batch_fed()
     return n
 
 

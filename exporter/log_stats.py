@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.sglang_log import ParsedLine
@@ -68,6 +69,15 @@ class LogStats:
     _context_sum: float = 0.0
     _context_count: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after each batch of new lines (the poller re-derives from them)."""
+        self._listeners.append(listener)
+
+    def batch_fed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def feed(self, parsed: ParsedLine | None, *, count: bool = True) -> None:
         """Account one line; `count=False` only refreshes gauges (the history read at start)."""

@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.http_fetch import (
     FETCH_ERROR_REASONS,
@@ -125,7 +125,11 @@ class TargetPoller:
         self._config: ServerConfig | None = None
         self._models_context: float | None = None
         self.snapshot = Snapshot(server=self.server, errors=dict(self._errors))
+        self._answers: tuple[NativeMetrics | None, Load | None] | None = None  # last up cycle's
+        self._lock = threading.Lock()  # the poll and the log follower both replace snapshot
         self._thread: threading.Thread | None = None
+        if log_stats is not None:
+            log_stats.subscribe(self.refresh_from_log)
 
     # -- background loop -------------------------------------------------------------------
     def start(self, stop: threading.Event) -> None:
@@ -171,30 +175,45 @@ class TargetPoller:
                     self.server, "reachable" if up else "unreachable (see poll_errors_total)")
         self._was_up = up
 
-        derived = None
-        if up:
-            self._last_success = self._wall()
-            log_snapshot = self.log_stats.snapshot() if self.log_stats else None
-            derived = derive(native, load, self._config, self._models_context, log_snapshot)
-            if derived.waiting_requests is not None:
-                self._queue.observe(started, derived.waiting_requests)
-        else:
-            self._queue.lost()
+        with self._lock:
+            derived = None
+            if up:
+                self._last_success = self._wall()
+                self._answers = (native, load)
+                derived = self._derive()
+                if derived.waiting_requests is not None:
+                    self._queue.observe(started, derived.waiting_requests)
+            else:
+                self._answers = None
+                self._queue.lost()
 
-        self.snapshot = Snapshot(
-            server=self.server,
-            up=up,
-            last_success_timestamp=self._last_success,
-            poll_duration_seconds=self._clock() - started,
-            polls=self._polls,
-            errors=dict(self._errors),
-            native_spelling=native.spelling if native else None,
-            scheduler_metrics_present=bool(native and native.has_scheduler_series),
-            derived=derived,
-            config=self._config,
-            queue_run=self._queue.state(),
-        )
-        return self.snapshot
+            self.snapshot = Snapshot(
+                server=self.server,
+                up=up,
+                last_success_timestamp=self._last_success,
+                poll_duration_seconds=self._clock() - started,
+                polls=self._polls,
+                errors=dict(self._errors),
+                native_spelling=native.spelling if native else None,
+                scheduler_metrics_present=bool(native and native.has_scheduler_series),
+                derived=derived,
+                config=self._config,
+                queue_run=self._queue.state(),
+            )
+            return self.snapshot
+
+    def refresh_from_log(self) -> None:
+        """New scheduler-log lines: fold them in now, from the last poll's answers and with no
+        request, so a logged backlog shows one log read after its line, not a log read plus a
+        server poll later."""
+        with self._lock:
+            if self._answers is not None:
+                self.snapshot = replace(self.snapshot, derived=self._derive())
+
+    def _derive(self) -> Derived:
+        native, load = self._answers
+        log_snapshot = self.log_stats.snapshot() if self.log_stats else None
+        return derive(native, load, self._config, self._models_context, log_snapshot)
 
     def _get(self, endpoint: str, path: str, accept: str = "*/*"):
         try:

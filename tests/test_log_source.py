@@ -16,6 +16,7 @@ from exporter.collector import ContainerCollector, GuardedCollector, LogCollecto
 from exporter.containers import ContainerSource
 from exporter.log_follow import DockerLogFollower, FileFollower
 from exporter.log_stats import LogStats
+from exporter.poller import PollSettings, TargetPoller
 
 from fake_docker import FakeContainer, FakeDocker
 from fake_sglang import Route
@@ -201,6 +202,26 @@ def free_port():
 def scrape(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         return resp.read().decode()
+
+
+def test_a_read_log_line_reaches_the_derived_backlog_without_another_poll(fake_sglang,
+                                                                           tmp_path):
+    # The derived backlog must not wait for the next server poll after the log is read.
+    metrics = (Path(__file__).parent / "fixtures/sglang/metrics_0.5.5.prom").read_bytes()
+    server = fake_sglang({"/metrics": Route(metrics)})
+    log = tmp_path / "sglang.log"
+    log.write_text(CAPACITY + "\n")
+    stats = LogStats()
+    poller = TargetPoller(server.url, PollSettings(timeout=2.0), log_stats=stats)
+    follower = FileFollower(str(log), stats)
+    follower.poll()
+    assert poller.poll_once().derived.prefill_backlog_tokens is None
+    hits = dict(server.hits)
+    write(log, prefill(pending=292965))
+    assert follower.poll() == 1
+    assert poller.snapshot.derived.prefill_backlog_tokens == 292965
+    assert poller.snapshot.derived.max_running_requests == 44
+    assert server.hits == hits  # re-derived from the last answers, not re-polled
 
 
 def test_exporter_shows_a_logged_backlog_within_one_poll_interval(fake_sglang, tmp_path):
