@@ -10,10 +10,10 @@ test: $(VENV)/.installed
 	$(PY) -m pytest
 
 generate: $(VENV)/.installed
-	$(PY) -m exporter.catalogue > docs/metrics.md
-	$(PY) -m simulator.docs
-	$(PY) -m sglang_obs.rules
-	$(PY) -m sglang_obs.detection
+	$(PY) -m sglang_obs.exporter.catalogue > docs/metrics.md
+	$(PY) -m sglang_obs.simulator.docs
+	$(PY) -m sglang_obs.generate.rules
+	$(PY) -m sglang_obs.generate.detection
 	$(PY) grafana/dashboards/generate.py
 
 bench: $(VENV)/.installed
@@ -21,8 +21,8 @@ bench: $(VENV)/.installed
 	$(PY) bench/bench_log.py
 	$(PY) bench/bench_gpu.py
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[test]'
 	touch $@

@@ -28,11 +28,10 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
-from exporter.poller import PollSettings, TargetPoller  # noqa: E402
-from exporter.web import make_app, serve  # noqa: E402
+from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
+from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
+from sglang_obs.exporter.web import make_app, serve  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang"
 STAGES = ("request_process", "prefill_forward", "chunked_prefill", "prefill_bootstrap",

@@ -15,16 +15,15 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
-from exporter.gpu import GpuSampler  # noqa: E402
-from exporter.nvml import NvmlBackend  # noqa: E402
-from exporter.web import make_app, serve  # noqa: E402
-from exporter.xid import XidWatcher  # noqa: E402
+from sglang_obs.exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
+from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
+from sglang_obs.exporter.nvml import NvmlBackend  # noqa: E402
+from sglang_obs.exporter.web import make_app, serve  # noqa: E402
+from sglang_obs.exporter.xid import XidWatcher  # noqa: E402
 
 from fake_nvml import h200_machine  # noqa: E402
 

@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from exporter.log_follow import FileFollower  # noqa: E402
-from exporter.log_stats import LogStats  # noqa: E402
-from exporter.sglang_log import parse_line  # noqa: E402
-from simulator import scenario as scenarios  # noqa: E402
-from simulator.logs import format_event  # noqa: E402
-from simulator.simulation import Simulation  # noqa: E402
+from sglang_obs.exporter.log_follow import FileFollower  # noqa: E402
+from sglang_obs.exporter.log_stats import LogStats  # noqa: E402
+from sglang_obs.exporter.sglang_log import parse_line  # noqa: E402
+from sglang_obs.simulator import scenario as scenarios  # noqa: E402
+from sglang_obs.simulator.logs import format_event  # noqa: E402
+from sglang_obs.simulator.simulation import Simulation  # noqa: E402
 
 PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
                     r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)$")

@@ -9,17 +9,13 @@ Exits 1 if NVML is unavailable, after saying why.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
-from exporter.gpu import GpuSampler  # noqa: E402
-from exporter.nvml import NvmlBackend  # noqa: E402
+from sglang_obs.exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
+from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
+from sglang_obs.exporter.nvml import NvmlBackend  # noqa: E402
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
-"""`python -m exporter` runs the exporter, like the `sglang-exporter` console script."""
+"""`python -m sglang_obs.exporter` runs the exporter, like the `sglang-exporter` console script."""
 
-from exporter.cli import main
+from sglang_obs.exporter.cli import main
 
 raise SystemExit(main())

@@ -1,8 +1,8 @@
 """Every metric the exporter emits: name, type, labels, help. The single source of truth.
 
 The collector builds its families from these specs, docs/metrics.md is generated from them
-(`python -m exporter.catalogue > docs/metrics.md`, kept fresh by a test), and the naming lint
-and the golden exposition test check them.
+(`python -m sglang_obs.exporter.catalogue > docs/metrics.md`, kept fresh by a test), and the
+naming lint and the golden exposition test check them.
 """
 
 from __future__ import annotations

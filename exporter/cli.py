@@ -16,25 +16,26 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
-from exporter import __version__
-from exporter.collector import (
+from sglang_obs import __version__
+from sglang_obs.exporter.collector import (
     ContainerCollector,
     GpuCollector,
     GuardedCollector,
     LogCollector,
     SGLangCollector,
 )
-from exporter.containers import ContainerSource, docker_client
-from exporter.gpu import GpuSampler
-from exporter.log_follow import DockerLogFollower, FileFollower, FollowThread
-from exporter.log_stats import LogStats
-from exporter.nvml import NvmlBackend
-from exporter.poller import PollSettings, TargetPoller, server_label
-from exporter.process_match import ProcessServers
-from exporter.web import make_app, parse_listen_address, serve
-from exporter.xid import XidWatcher
+from sglang_obs.exporter.containers import ContainerSource, docker_client
+from sglang_obs.exporter.gpu import GpuSampler
+from sglang_obs.exporter.gpu_feed import FeedNvml, RealGpuPresent
+from sglang_obs.exporter.log_follow import DockerLogFollower, FileFollower, FollowThread
+from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.nvml import NvmlBackend
+from sglang_obs.exporter.poller import PollSettings, TargetPoller, server_label
+from sglang_obs.exporter.process_match import ProcessServers
+from sglang_obs.exporter.web import make_app, parse_listen_address, serve
+from sglang_obs.exporter.xid import XidWatcher
 
-log = logging.getLogger("exporter")
+log = logging.getLogger("sglang_obs.exporter")
 
 DEFAULT_LISTEN = ":9840"
 ENV_PREFIX = "SGLANG_OBS_"
@@ -256,10 +257,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def gpu_sampler(args) -> GpuSampler | None:
     nvml = None
     if args.collector_nvml_simulator_feed:
-        from simulator.fake_nvml import FakeNvml, RealGpuPresent  # noqa: PLC0415 - demo only
-
         try:
-            nvml = FakeNvml.from_feed(args.collector_nvml_simulator_feed)
+            nvml = FeedNvml.from_feed(args.collector_nvml_simulator_feed)
         except RealGpuPresent as err:
             log.error("%s; reporting the real GPUs", err)
     try:

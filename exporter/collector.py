@@ -10,10 +10,10 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 
-from exporter import __version__
-from exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, PREFIX
-from exporter.log_stats import CONTEXT_BUCKETS
-from exporter.poller import Snapshot, TargetPoller
+from sglang_obs import __version__
+from sglang_obs.exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, PREFIX
+from sglang_obs.exporter.log_stats import CONTEXT_BUCKETS
+from sglang_obs.exporter.poller import Snapshot, TargetPoller
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import logging
 import threading
 import time
 
-from exporter.nvml import NvmlBackend, NvmlReading, NvmlUnavailable
-from exporter.xid import XidWatcher
+from sglang_obs.exporter.nvml import NvmlBackend, NvmlReading, NvmlUnavailable
+from sglang_obs.exporter.xid import XidWatcher
 
 log = logging.getLogger(__name__)
 GPU_LOST_XID = 79  # NVML's GpuIsLost is Xid 79, "fallen off the bus"
@@ -33,7 +33,6 @@ class GpuSampler:
         self._warned = False
         self._lost: set[str] = set()
         self._xid_started = False
-        self._feed_seen: set[tuple[str, float, int]] = set()
 
     def sample(self) -> NvmlReading:
         try:
@@ -47,16 +46,10 @@ class GpuSampler:
             self.reading = NvmlReading(False, [])
             return self.reading
         self.unavailable_reason = None
-        feed_events = getattr(self.backend.nvml, "xid_events", None)  # the demo's GPU feed
         for gpu in reading.gpus:  # a lost GPU is Xid 79 even when no event arrives
             if not gpu.up and gpu.uuid not in self._lost and self.xid is not None:
                 self.xid.record(str(gpu.index), gpu.uuid, GPU_LOST_XID)
             (self._lost.add if not gpu.up else self._lost.discard)(gpu.uuid)
-            if feed_events is not None and gpu.up and self.xid is not None:
-                for at, xid in feed_events(gpu.index):
-                    if (gpu.uuid, at, xid) not in self._feed_seen:
-                        self._feed_seen.add((gpu.uuid, at, xid))
-                        self.xid.record(str(gpu.index), gpu.uuid, xid, at=at)
         for gpu in reading.gpus:
             for pid, used in gpu.processes:
                 server = self.process_servers(pid)
@@ -74,8 +67,7 @@ class GpuSampler:
             started = time.monotonic()
             try:
                 reading = self.sample()
-                events_api = not hasattr(self.backend.nvml, "xid_events")
-                if reading.ok and self.xid is not None and events_api and not self._xid_started:
+                if reading.ok and self.xid is not None and not self._xid_started:
                     self.xid.start(stop)
                     self._xid_started = True
             except Exception:  # a bug must not end GPU sampling

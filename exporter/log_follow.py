@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from exporter.log_stats import LogStats
-from exporter.sglang_log import parse_line
+from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.sglang_log import parse_line
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.sglang_log import ParsedLine
+from sglang_obs.exporter.sglang_log import ParsedLine
 
 # Context size of single-request prefills (cached + new tokens), from 1K to 1M tokens.
 CONTEXT_BUCKETS = (1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 98304.0,

@@ -18,16 +18,16 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from exporter.http_fetch import (
+from sglang_obs.exporter.http_fetch import (
     FETCH_ERROR_REASONS,
     METRICS_ACCEPT,
     FetchError,
     Response,
     fetch,
 )
-from exporter.log_stats import LogSnapshot, LogStats
-from exporter.queue_run import QueueRunState, QueueRunTracker
-from exporter.sglang_api import (
+from sglang_obs.exporter.log_stats import LogSnapshot, LogStats
+from sglang_obs.exporter.queue_run import QueueRunState, QueueRunTracker
+from sglang_obs.exporter.sglang_api import (
     Load,
     PayloadError,
     ServerConfig,
@@ -35,7 +35,7 @@ from exporter.sglang_api import (
     parse_models_context_length,
     parse_server_info,
 )
-from exporter.sglang_exposition import ExpositionError, NativeMetrics, parse_exposition
+from sglang_obs.exporter.sglang_exposition import ExpositionError, NativeMetrics, parse_exposition
 
 log = logging.getLogger(__name__)
 

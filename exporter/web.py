@@ -17,8 +17,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from exporter import __version__
-from exporter.poller import server_label
+from sglang_obs import __version__
+from sglang_obs.exporter.poller import server_label
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
+
+from sglang_obs import config_dir
+from sglang_obs.charts import MissingExtra
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -26,6 +30,10 @@ def _listen(text: str) -> tuple[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sglang-obs", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--config-dir", metavar="DIR",
+        help="folder with prometheus/, alertmanager/ and grafana/ (default: the checkout's, else "
+        f"the installed copy) [env {config_dir.ENV}]")
     sub = parser.add_subparsers(dest="command", required=True)
     sink = sub.add_parser("alert-sink", help="log the alerts Alertmanager sends (demo, tests)")
     sink.add_argument("--listen", type=_listen, default=("127.0.0.1", 9095),
@@ -44,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     render = sub.add_parser(
         "render-dashboard", help="draw a dashboard's panels for a simulator scenario (PNG)")
     render.add_argument("--scenario", required=True, help="simulator scenario name or YAML")
-    render.add_argument("--dashboard", default="grafana/dashboards/sglang-overview.json",
-                        help="generated dashboard JSON (default: the overview)")
+    render.add_argument("--dashboard",
+                        help="generated dashboard JSON (default: the overview in --config-dir)")
     render.add_argument("--out", required=True, help="PNG file to write")
     stack = sub.add_parser("stack", help="run the stack without Docker (Debian binaries)")
     stack.add_argument("action", choices=["up"])
@@ -69,10 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     snap.add_argument("--step", type=float, default=15.0, help="seconds between rows (15)")
     snap.add_argument("--out", required=True, help="folder to write the pack into")
     args = parser.parse_args(argv)
+    try:  # resolved before any command module is imported: they read the folder at import
+        os.environ[config_dir.ENV] = str(config_dir.resolve(args.config_dir))
+    except config_dir.ConfigDirError as err:
+        parser.error(str(err))
+    try:
+        return _run(parser, args)
+    except MissingExtra as err:
+        print(f"sglang-obs {args.command}: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "snapshot":
         from pathlib import Path  # noqa: PLC0415
 
-        from sglang_obs.snapshot import SnapshotError, take  # noqa: PLC0415
+        from sglang_obs.tools.snapshot import SnapshotError, take  # noqa: PLC0415
 
         try:
             summary = take(args.prometheus, args.start, args.end, Path(args.out),
@@ -85,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
         return 0
     if args.command == "stack":
-        from sglang_obs import stack as stack_module  # noqa: PLC0415
+        from sglang_obs.tools import stack as stack_module  # noqa: PLC0415
 
         if args.demo == []:
             args.demo = ["long-context-incident"]
@@ -93,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "render-dashboard":
         from pathlib import Path  # noqa: PLC0415
 
-        from sglang_obs.backfill import BackfillError  # noqa: PLC0415
-        from sglang_obs.render_dashboard import render_png  # noqa: PLC0415
-        from simulator.scenario import ScenarioError  # noqa: PLC0415
+        from sglang_obs.generate.backfill import BackfillError  # noqa: PLC0415
+        from sglang_obs.generate.render_dashboard import render_png  # noqa: PLC0415
+        from sglang_obs.simulator.scenario import ScenarioError  # noqa: PLC0415
 
+        if args.dashboard is None:
+            args.dashboard = str(config_dir.resolve() / "grafana/dashboards/sglang-overview.json")
         if not Path(args.dashboard).is_file():
             parser.error(f"--dashboard: no such file {args.dashboard}")
         try:
@@ -106,13 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if args.command == "analyze-log":
-        from sglang_obs import analyze_log
+        from sglang_obs.tools import analyze_log
 
         return analyze_log.main(args.files, args.json, args.csv_per_minute)
     logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
 
     if args.command == "alert-sink":
-        from sglang_obs.alert_sink import AlertSink
+        from sglang_obs.tools.alert_sink import AlertSink
 
         streams = [sys.stdout]
         if args.log_file:
@@ -130,10 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             server.serve_forever()
         return 0
     if args.command == "rules":
-        from sglang_obs import rules as rules_module
+        from sglang_obs.generate import rules as rules_module
 
         return rules_module.main(["--check"] if args.check else [])
-    from sglang_obs import detection as detection_module
+    from sglang_obs.generate import detection as detection_module
 
     return detection_module.main(args.scenarios)
 

@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-from simulator import scenario as scenarios
-from simulator.profiles import ALIASES
-from simulator.render import render, write_openmetrics, write_promtool_series
-from simulator.server import LogSink, SimServer
-from simulator.simulation import Simulation
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.profiles import ALIASES
+from sglang_obs.simulator.render import render, write_openmetrics, write_promtool_series
+from sglang_obs.simulator.server import LogSink, SimServer
+from sglang_obs.simulator.simulation import Simulation
 
-log = logging.getLogger("simulator")
+log = logging.getLogger("sglang_obs.simulator")
 
 
 def _duration(text: str) -> float:

@@ -11,9 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from simulator import compare
-from simulator import scenario as scenarios
-from simulator.model import PerfModel, ServerConfig
+from sglang_obs.simulator import compare
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.model import PerfModel, ServerConfig
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 

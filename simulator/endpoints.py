@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from simulator.model import Server
-from simulator.profiles import Profile
+from sglang_obs.simulator.model import Server
+from sglang_obs.simulator.profiles import Profile
 
 
 def server_info(server: Server, profile: Profile) -> dict[str, Any]:

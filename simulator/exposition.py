@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from simulator.model import Histogram, Scheduler, Server
-from simulator.profiles import Profile
+from sglang_obs.simulator.model import Histogram, Scheduler, Server
+from sglang_obs.simulator.profiles import Profile
 
 P = "sglang:"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from simulator.events import (
+from sglang_obs.simulator.events import (
     DecodeBatch,
     Event,
     HealthCheckFailed,

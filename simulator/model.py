@@ -16,7 +16,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from simulator.events import DecodeBatch, PrefillBatch, Ready, Retraction, StartupCapacity
+from sglang_obs.simulator.events import (
+    DecodeBatch,
+    PrefillBatch,
+    Ready,
+    Retraction,
+    StartupCapacity,
+)
 
 IDLE_REFRESH_SECONDS = 30.0
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang caps the per-request decode reservation at this

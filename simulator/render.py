@@ -25,27 +25,27 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import (
+from sglang_obs.exporter.collector import (
     ContainerCollector,
     GpuCollector,
     GuardedCollector,
     LogCollector,
     SGLangCollector,
 )
-from exporter.containers import ContainerReading
-from exporter.gpu import GpuSampler
-from exporter.http_fetch import FetchError, Response
-from exporter.log_stats import LogStats
-from exporter.nvml import NvmlBackend
-from exporter.poller import PollSettings, TargetPoller
-from exporter.sglang_log import parse_line
-from exporter.xid import XidWatcher
-from simulator.fake_nvml import FakeNvml
-from simulator.logs import format_event
-from simulator.profiles import profile
-from simulator.scenario import Scenario
-from simulator.server import make_app
-from simulator.simulation import Simulation
+from sglang_obs.exporter.containers import ContainerReading
+from sglang_obs.exporter.gpu import GpuSampler
+from sglang_obs.exporter.gpu_feed import FeedNvml, FeedTimeout
+from sglang_obs.exporter.http_fetch import FetchError, Response
+from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.nvml import NvmlBackend
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.sglang_log import parse_line
+from sglang_obs.exporter.xid import XidWatcher
+from sglang_obs.simulator.logs import format_event
+from sglang_obs.simulator.profiles import profile
+from sglang_obs.simulator.scenario import Scenario
+from sglang_obs.simulator.server import make_app
+from sglang_obs.simulator.simulation import Simulation
 
 SGLANG_JOB = "sglang"
 EXPORTER_JOB = "sglang-obs"
@@ -155,7 +155,7 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
 
     sim = Simulation(scenario, release, start_ts=start, on_event=events)
     # The scenario's own crashes would make the exporter warn on every render.
-    logging.getLogger("exporter.poller").setLevel(logging.ERROR)
+    logging.getLogger("sglang_obs.exporter.poller").setLevel(logging.ERROR)
     lock = threading.Lock()
     app = make_app(sim, lock)
     poller = TargetPoller(
@@ -163,8 +163,9 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
         clock=lambda: sim.t, wall_clock=lambda: start + sim.t,
         fetcher=in_process_fetcher(app, lock, lambda: sim.up),
         log_stats=sim_log.stats)
-    gpus = GpuSampler(NvmlBackend(FakeNvml(lambda: [r.__dict__ for r in sim.gpu_readings()])),
-                      XidWatcher(None))
+    nvml = FeedNvml(lambda: [r.__dict__ for r in sim.gpu_readings()])
+    xids, xid_events = XidWatcher(nvml), nvml.nvmlEventSetCreate()
+    gpus = GpuSampler(NvmlBackend(nvml), xids)
     exporter = CollectorRegistry()
     exporter.register(GuardedCollector([
         SGLangCollector([poller]), LogCollector([sim_log]),
@@ -181,9 +182,22 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
             t += poll_interval
         sim.advance(scrape_at)
         gpus.sample()
+        _deliver_xids(nvml, xid_events, xids)
         _collect_native(sim, app, out, index, instance)
         _collect_exporter(exporter, out, index)
     return out
+
+
+def _deliver_xids(nvml: FeedNvml, events: set, xids: XidWatcher) -> None:
+    """What the Xid watcher's thread does live, here in simulated time: book each new event,
+    at the scenario's own time of it."""
+    while True:
+        try:
+            event = nvml.nvmlEventSetWait(events, 0)
+        except FeedTimeout:
+            return
+        xids.record(str(event.device), nvml.nvmlDeviceGetUUID(event.device), event.eventData,
+                    at=event.timestamp / 1e6)
 
 
 def _metrics_text(app) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from simulator.model import PerfModel, Request, ServerConfig
+from sglang_obs.simulator.model import PerfModel, Request, ServerConfig
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 CLASSES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",

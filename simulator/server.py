@@ -18,12 +18,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from simulator import endpoints
-from simulator.exposition import SimCollector
-from simulator.logs import format_event
-from simulator.simulation import Simulation
+from sglang_obs.simulator import endpoints
+from sglang_obs.simulator.exposition import SimCollector
+from sglang_obs.simulator.logs import format_event
+from sglang_obs.simulator.simulation import Simulation
 
-log = logging.getLogger("simulator")
+log = logging.getLogger("sglang_obs.simulator")
 
 
 class _Server(ThreadingMixIn, WSGIServer):

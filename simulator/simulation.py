@@ -9,9 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.model import Histogram, Server
-from simulator.profiles import ITL_BUCKETS, PER_STAGE_BUCKETS, TOKEN_BUCKETS, Profile, profile
-from simulator.scenario import Fault, Scenario
+from sglang_obs.simulator.model import Histogram, Server
+from sglang_obs.simulator.profiles import (
+    ITL_BUCKETS,
+    PER_STAGE_BUCKETS,
+    TOKEN_BUCKETS,
+    Profile,
+    profile,
+)
+from sglang_obs.simulator.scenario import Fault, Scenario
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
-from exporter.poller import PollSettings, TargetPoller  # noqa: E402
+from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
+from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
 
 from fake_sglang import FakeSGLang  # noqa: E402
 

@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from sglang_obs.backfill import prometheus
+from sglang_obs.generate.backfill import prometheus
 
 from conftest import require_binary
 
@@ -23,7 +23,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_prometheus(config_text: str, workdir: Path):
-    """The project's own runner (sglang_obs.backfill.prometheus) over `workdir/data`."""
+    """The project's own runner (sglang_obs.generate.backfill.prometheus) over `workdir/data`."""
     require_binary("prometheus")
     with prometheus(workdir / "data", config_text) as url:
         yield url

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 import yaml
 
-from sglang_obs.alert_sink import AlertSink
+from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary
 from prometheus_server import free_port

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs.analyze_log import CSV_COLUMNS
-from simulator import scenario as scenarios
-from simulator.events import DecodeBatch, PrefillBatch, Retraction
-from simulator.logs import format_event
-from simulator.simulation import Simulation
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.events import DecodeBatch, PrefillBatch, Retraction
+from sglang_obs.simulator.logs import format_event
+from sglang_obs.simulator.simulation import Simulation
+from sglang_obs.tools.analyze_log import CSV_COLUMNS
 
 from conftest import ROOT
 

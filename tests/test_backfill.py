@@ -4,7 +4,7 @@ import json
 import urllib.parse
 import urllib.request
 
-from sglang_obs.backfill import backfill, prometheus, rule_levels
+from sglang_obs.generate.backfill import backfill, prometheus, rule_levels
 
 from conftest import require_binary
 

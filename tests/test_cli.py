@@ -201,9 +201,9 @@ def test_without_a_gpu_the_exporter_serves_sglang_and_says_once_that_gpus_are_of
 
 
 def test_demo_gpu_feed_shows_the_scenarios_throttle_and_xid(run_exporter):
-    from simulator import scenario as scenarios
-    from simulator.server import SimServer
-    from simulator.simulation import Simulation
+    from sglang_obs.simulator import scenario as scenarios
+    from sglang_obs.simulator.server import SimServer
+    from sglang_obs.simulator.simulation import Simulation
 
     sim = Simulation(scenarios.load("slow-gpu"), start_ts=time.time() - 800)
     sim.advance(800.0)  # throttled since 600 s, Xid 79 on GPU 1 at 700 s
@@ -216,9 +216,12 @@ def test_demo_gpu_feed_shows_the_scenarios_throttle_and_xid(run_exporter):
             f"127.0.0.1:{port}", "--no-collector.docker", "--collector.nvml.interval", "200ms",
             "--collector.nvml.simulator-feed", f"http://127.0.0.1:{server.port}/sim/gpu")
         wait_serving(port, proc)
-        samples = wait_for(lambda: (s := scrape(port)) and
-                           value(s, "sglang_obs_gpu_collector_up") == 1.0 and s, 5)
         uuid = "GPU-5151a000-0000-4000-8000-000000000001"
+        # The Xid arrives through the exporter's own watcher thread, like a real NVML event.
+        samples = wait_for(lambda: (s := scrape(port)) and
+                           value(s, "sglang_obs_gpu_collector_up") == 1.0 and
+                           value(s, "sglang_obs_gpu_xid_errors_total", gpu="1", uuid=uuid,
+                                 xid="79") is not None and s, 5)
         assert value(samples, "sglang_obs_gpu_device_count") == 2
         assert value(samples, "sglang_obs_gpu_clock_event_active", gpu="1", uuid=uuid,
                      reason="hw_thermal") == 1.0

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from sglang_obs.backfill import backfill, prometheus
-from sglang_obs.render_dashboard import panels, substitute
+from sglang_obs.generate.backfill import backfill, prometheus
+from sglang_obs.generate.render_dashboard import panels, substitute
 
 from conftest import ROOT, require_binary
 

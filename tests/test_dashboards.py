@@ -35,8 +35,8 @@ sys.path.insert(0, str(DASHBOARDS))
 
 import dashlib  # noqa: E402
 
-from exporter.catalogue import METRICS  # noqa: E402
-from sglang_obs.rules import STATES  # noqa: E402
+from sglang_obs.exporter.catalogue import METRICS  # noqa: E402
+from sglang_obs.states import STATES  # noqa: E402
 
 from promql_text import innermost_call as _innermost_call  # noqa: E402
 from promql_text import matching_paren as _matching_paren  # noqa: E402
@@ -225,7 +225,7 @@ def recorded_names() -> set[str]:
 @cache
 def sglang_exposed_names() -> set[str]:
     """SGLang names in the recorded 0.5.23 exposition and in a simulator render."""
-    from simulator import render, scenario
+    from sglang_obs.simulator import render, scenario
 
     names = {re.split(r"[{\s]", line, maxsplit=1)[0]
              for line in SGLANG_FIXTURE.read_text().splitlines()

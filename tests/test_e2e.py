@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from sglang_obs.stack import NativeStack
+from sglang_obs.tools.stack import NativeStack
 
 from conftest import ROOT, require_binary
 

@@ -8,17 +8,17 @@ import socket
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.catalogue import GPUS, METRICS
-from exporter.collector import (
+from sglang_obs.exporter.catalogue import GPUS, METRICS
+from sglang_obs.exporter.collector import (
     ContainerCollector,
     GuardedCollector,
     LogCollector,
     SGLangCollector,
 )
-from exporter.containers import ContainerSource
-from exporter.log_follow import FileFollower
-from exporter.log_stats import LogStats
-from exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.containers import ContainerSource
+from sglang_obs.exporter.log_follow import FileFollower
+from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
 
 from conftest import ROOT
 from fake_docker import FakeContainer, FakeDocker

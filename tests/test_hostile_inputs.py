@@ -7,7 +7,7 @@ import time
 import pytest
 from prometheus_client import generate_latest
 
-from exporter.poller import PollSettings
+from sglang_obs.exporter.poller import PollSettings
 
 from fake_sglang import Route
 

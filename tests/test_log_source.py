@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.collector import ContainerCollector, GuardedCollector, LogCollector
-from exporter.containers import ContainerSource
-from exporter.log_follow import DockerLogFollower, FileFollower
-from exporter.log_stats import LogStats
-from exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.collector import ContainerCollector, GuardedCollector, LogCollector
+from sglang_obs.exporter.containers import ContainerSource
+from sglang_obs.exporter.log_follow import DockerLogFollower, FileFollower
+from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
 
 from fake_docker import FakeContainer, FakeDocker
 from fake_sglang import Route

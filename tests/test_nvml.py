@@ -17,11 +17,11 @@ import pynvml
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.catalogue import GPUS, METRICS, PREFIX
-from exporter.collector import GpuCollector
-from exporter.gpu import GpuSampler
-from exporter.nvml import NvmlBackend
-from exporter.xid import XidWatcher
+from sglang_obs.exporter.catalogue import GPUS, METRICS, PREFIX
+from sglang_obs.exporter.collector import GpuCollector
+from sglang_obs.exporter.gpu import GpuSampler
+from sglang_obs.exporter.nvml import NvmlBackend
+from sglang_obs.exporter.xid import XidWatcher
 
 from conftest import ROOT
 from fake_nvml import (

@@ -6,9 +6,9 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import GuardedCollector, SGLangCollector
-from exporter.poller import PollSettings, TargetPoller
-from exporter.web import make_app, serve
+from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.web import make_app, serve
 
 from conftest import ROOT
 from fake_sglang import Route

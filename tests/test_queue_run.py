@@ -1,4 +1,4 @@
-from exporter.queue_run import RUN_BUCKETS, QueueRunTracker
+from sglang_obs.exporter.queue_run import RUN_BUCKETS, QueueRunTracker
 
 
 def feed(tracker, samples):

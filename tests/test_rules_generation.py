@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs import detection, rules
-from sglang_obs.alert_sink import AlertSink
+from sglang_obs.generate import detection, rules
+from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary
 

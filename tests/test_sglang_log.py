@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from exporter.sglang_log import KINDS, ParsedLine, parse_line
-from simulator.events import (
+from sglang_obs.exporter.sglang_log import KINDS, ParsedLine, parse_line
+from sglang_obs.simulator.events import (
     DecodeBatch,
     HealthCheckFailed,
     PrefillBatch,
@@ -18,7 +18,7 @@ from simulator.events import (
     Retraction,
     StartupCapacity,
 )
-from simulator.logs import RELEASES, format_event, prefix
+from sglang_obs.simulator.logs import RELEASES, format_event, prefix
 
 TS = datetime(2026, 10, 30, 1, 4, 5, 678901, tzinfo=timezone.utc).timestamp()
 

@@ -6,14 +6,14 @@ import json
 import pytest
 import yaml
 
-from exporter.poller import derive
-from exporter.sglang_api import (
+from sglang_obs.exporter.poller import derive
+from sglang_obs.exporter.sglang_api import (
     PayloadError,
     parse_loads,
     parse_models_context_length,
     parse_server_info,
 )
-from exporter.sglang_exposition import ExpositionError, parse_exposition
+from sglang_obs.exporter.sglang_exposition import ExpositionError, parse_exposition
 
 from fake_sglang import FIXTURES
 

@@ -1,8 +1,10 @@
 """The simulator over real HTTP on loopback: SGLang's exposition per release, both spellings,
 the status endpoints, a crash that refuses connections, and a real Prometheus scraping it."""
 
+import contextlib
 import json
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -11,11 +13,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.poller import PollSettings, TargetPoller
-from simulator import scenario as scenarios
-from simulator.fake_nvml import FakeNvml, RealGpuPresent, real_gpu_count
-from simulator.server import SimServer
-from simulator.simulation import Simulation
+from sglang_obs.exporter.gpu_feed import FeedNvml, FeedTimeout, RealGpuPresent, real_gpu_count
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.xid import XidWatcher
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.server import SimServer
+from sglang_obs.simulator.simulation import Simulation
 
 from conftest import ROOT
 from prometheus_server import running_prometheus, wait_query
@@ -193,15 +196,33 @@ def test_gpu_feed_only_when_asked_and_fake_nvml_refuses_a_real_gpu(sim_server):
     url = f"http://127.0.0.1:{feed.port}/sim/gpu"
     assert real_gpu_count(RealNvml()) == 1
     with pytest.raises(RealGpuPresent):
-        FakeNvml.from_feed(url, pynvml_module=RealNvml())
-    nvml = FakeNvml.from_feed(url, pynvml_module=NoNvml())
+        FeedNvml.from_feed(url, pynvml_module=RealNvml())
+    nvml = FeedNvml.from_feed(url, pynvml_module=NoNvml())
     nvml.nvmlInit()
     assert nvml.nvmlDeviceGetCount() == 2
     handle = nvml.nvmlDeviceGetHandleByIndex(1)
     assert nvml.nvmlDeviceGetCurrentClocksEventReasons(handle) != 0
     assert nvml.nvmlDeviceGetMemoryInfo(handle).used > 0.8 * nvml.nvmlDeviceGetMemoryInfo(
         handle).total  # preallocated: "full" even when it is not load
-    assert [xid for _, xid in nvml.xid_events(handle)] == [79]
+    events = nvml.nvmlEventSetCreate()
+    delivered = []
+    with contextlib.suppress(FeedTimeout):
+        while True:
+            event = nvml.nvmlEventSetWait(events, 0)
+            delivered.append((event.device, event.eventData))
+    assert delivered == [(1, 79)]  # once: the next wait times out like NVML's
+
+    # The exporter's own Xid watcher, unchanged, books the feed's event on its GPU.
+    stop = threading.Event()
+    watcher = XidWatcher(nvml, wait_ms=50)
+    watcher.start(stop)
+    try:
+        deadline = time.monotonic() + 5
+        while not watcher.snapshot()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+    assert watcher.snapshot()[0] == {("1", nvml.nvmlDeviceGetUUID(1), "79"): 1}
 
 
 def test_a_real_prometheus_scrapes_every_release_profile(sim_server, tmp_path):

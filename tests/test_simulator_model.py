@@ -2,11 +2,11 @@
 
 import pytest
 
-from exporter.sglang_log import parse_line
-from simulator import scenario as scenarios
-from simulator.events import DecodeBatch, PrefillBatch
-from simulator.logs import format_event
-from simulator.simulation import Simulation
+from sglang_obs.exporter.sglang_log import parse_line
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.events import DecodeBatch, PrefillBatch
+from sglang_obs.simulator.logs import format_event
+from sglang_obs.simulator.simulation import Simulation
 
 ALL = scenarios.available()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator import docs
+from sglang_obs.simulator import docs
 
 from conftest import ROOT, require_binary
 from prometheus_server import running_prometheus, wait_query

@@ -13,8 +13,8 @@ import statistics
 
 import pytest
 
-from simulator import scenario as scenarios
-from simulator.render import render
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.render import render
 
 STEP = 15.0
 

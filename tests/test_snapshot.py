@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs.backfill import backfill, prometheus
-from sglang_obs.snapshot import CSV_HEADER, parse_time
-from simulator import scenario as scenarios
+from sglang_obs.generate.backfill import backfill, prometheus
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.tools.snapshot import CSV_HEADER, parse_time
 
 from conftest import ROOT, require_binary
 
@@ -130,7 +130,7 @@ def test_clear_errors_for_bad_windows_and_servers(incident, tmp_path):
 
 def test_long_ranges_are_split_under_the_points_limit(incident):
     b, _, _ = incident
-    from sglang_obs.snapshot import MAX_POINTS, Prometheus
+    from sglang_obs.tools.snapshot import MAX_POINTS, Prometheus
 
     calls = []
     with prometheus(b.data) as url:

@@ -12,7 +12,7 @@ Conventions every panel follows (and tests/test_dashboards.py checks on the gene
   intervalFactor 1, and uses `$__rate_interval` in rate/increase (`$__range` for range summaries);
 - divisions are guarded as `num / (den > 0)`, so an idle period shows no value instead of NaN;
 - SLO and classification thresholds come from prometheus/thresholds.yml, state names and codes
-  from sglang_obs.rules.STATES: one source for rules, alerts and dashboards;
+  from sglang_obs.states.STATES: one source for rules, alerts and dashboards;
 - SGLang's series are written with the `sglang:` spelling (prometheus.yml renames `sglang_` back),
   aggregated across ranks as sum over dp_rank of max over the TP/PP copies (sglang.md §3).
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import string
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,12 +45,11 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from sglang_obs.generate.rules import SERVING_ENDPOINTS
+from sglang_obs.states import STATES
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-if str(ROOT) not in sys.path:  # sglang_obs (the STATES) without an installed package
-    sys.path.insert(0, str(ROOT))
-
-from sglang_obs.rules import SERVING_ENDPOINTS, STATES  # noqa: E402
 
 THRESHOLDS: dict[str, Any] = yaml.safe_load((ROOT / "prometheus" / "thresholds.yml").read_text())
 SLO = THRESHOLDS["slo"]

@@ -45,7 +45,7 @@ def attainment(name: str, histogram: str, label: str):
 state = [
     d.stat("State now",
            "The classified state of each server now (instance:sglang_state:code; codes and "
-           "names from sglang_obs.rules.STATES).",
+           "names from sglang_obs.states.STATES).",
            [(f"max by (instance) (instance:sglang_state:code{{{d.INST}}})", "{{instance}}")],
            d.NONE, w=6, h=6, mappings=d.state_mappings(), graph=False, background=True,
            text_mode="value_and_name"),

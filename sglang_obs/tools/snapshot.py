@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_obs.rules import STATES
+from sglang_obs.charts import pyplot
+from sglang_obs.states import STATE_COLOURS, STATES
 
 MAX_POINTS = 11_000
 SCHEMA_VERSION = 1
@@ -384,12 +385,7 @@ def report(summary: dict, charts: list[str]) -> str:
 
 
 def charts(data: dict, out: Path) -> list[str]:
-    import matplotlib  # noqa: PLC0415 - only the snapshot draws
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    from sglang_obs.render_dashboard import STATE_COLOURS  # noqa: PLC0415
+    plt = pyplot()
 
     written = []
     panels = (("pressure.png", (("queue", "queued requests"), ("running", "running requests"))),

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import yaml
 
-from simulator import scenario as scenarios
-from simulator.render import render, write_openmetrics
+from sglang_obs import config_dir
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.render import render, write_openmetrics
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 RECORDING_RULES = ROOT / "prometheus" / "rules" / "sglang.rules.yml"
 STEP = 15
 

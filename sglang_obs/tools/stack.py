@@ -22,7 +22,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from sglang_obs import config_dir
+
+ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 BIN = Path(sys.executable).parent
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from exporter.sglang_log import ParsedLine, parse_line
+from sglang_obs.exporter.sglang_log import ParsedLine, parse_line
 
 SCHEMA_VERSION = 1
 TOP_WINDOWS = 5

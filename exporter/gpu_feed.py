@@ -1,17 +1,28 @@
-"""A fake NVML for the demo: the pynvml calls the exporter uses, answered from the simulator's
-scenario-driven GPU readings (`sglang-sim --gpu-feed` serves them at /sim/gpu).
+"""The demo's GPUs: an NVML backend answered from a feed URL of GPU readings instead of a driver.
 
-It must never stand in for a real GPU by accident: `FakeNvml.from_feed` refuses to start when
-the real NVML library initialises and sees a device. A host with a GPU reports its real GPUs.
+`--collector.nvml.simulator-feed URL` points the exporter at a JSON list of readings, one per GPU
+(`sglang-sim --gpu-feed` serves them at /sim/gpu). `FeedNvml` answers the pynvml calls the NVML
+backend and the Xid watcher make, event API included, so everything above this module runs
+unchanged on it. A reading's fields:
+
+    utilization_ratio, memory_total_bytes, memory_used_bytes, power_watts, power_limit_watts,
+    energy_joules, temperature_celsius, sm_clock_hertz, sm_clock_max_hertz, thermal_throttle,
+    xid_events: [[unix time, xid], ...]
+
+It must never stand in for a real GPU by accident: `FeedNvml.from_feed` refuses to start when the
+real NVML library initialises and sees a device. A host with a GPU reports its real GPUs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from sglang_obs.exporter.xid import TIMEOUT, XID_CRITICAL_ERROR
 
 
 class RealGpuPresent(RuntimeError):
@@ -36,8 +47,8 @@ def real_gpu_count(pynvml_module: Any = None) -> int:
             nvml.nvmlShutdown()
 
 
-class FakeNvml:
-    """The pynvml subset, per GPU index, from a `readings()` callable of GpuReading dicts."""
+class FeedNvml:
+    """The pynvml subset, per GPU index, from a `readings()` callable of reading dicts."""
 
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
@@ -48,7 +59,7 @@ class FakeNvml:
         self._cache: list[dict[str, Any]] = []
 
     @classmethod
-    def from_feed(cls, url: str, pynvml_module: Any = None, timeout: float = 2.0) -> FakeNvml:
+    def from_feed(cls, url: str, pynvml_module: Any = None, timeout: float = 2.0) -> FeedNvml:
         if real_gpu_count(pynvml_module) > 0:
             raise RealGpuPresent("a real GPU is present: refusing the simulator's fake GPU feed")
 
@@ -165,9 +176,40 @@ class FakeNvml:
     def nvmlGpmSampleFree(self, sample) -> None:  # noqa: N802
         pass
 
-    def xid_events(self, handle: int) -> list[tuple[float, int]]:
-        """(unix time, xid) of the scenario's Xid events on this GPU (not a pynvml call)."""
-        return [tuple(e) for e in self._gpu(handle)["xid_events"]]
+    # The event API, as the Xid watcher uses it: each of a reading's Xid events is delivered
+    # once, in the order of their times; with none pending the wait times out like NVML's.
+    def nvmlEventSetCreate(self) -> set:  # noqa: N802 - the delivered (uuid, time, xid)
+        return set()
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: int) -> int:  # noqa: N802
+        return XID_CRITICAL_ERROR
+
+    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: set) -> None:  # noqa: N802
+        pass
+
+    def nvmlEventSetWait(self, event_set: set, timeout_ms: int):  # noqa: N802
+        readings = self._cache  # the sampler replaces it; read one version
+        pending = sorted((float(at), index, int(xid)) for index, g in enumerate(readings)
+                         for at, xid in g.get("xid_events", ()))
+        for at, index, xid in pending:
+            key = (self.nvmlDeviceGetUUID(index), at, xid)
+            if key not in event_set:
+                event_set.add(key)
+                return _Struct(device=index, eventData=xid, timestamp=int(at * 1e6))
+        time.sleep(timeout_ms / 1000)
+        raise FeedTimeout()
+
+    def nvmlEventSetFree(self, event_set: set) -> None:  # noqa: N802
+        event_set.clear()
+
+    def nvmlDeviceGetIndex(self, handle: int) -> int:  # noqa: N802
+        return handle
+
+
+class FeedTimeout(Exception):
+    """NVML_ERROR_TIMEOUT, as pynvml raises it: no event within the wait."""
+
+    value = TIMEOUT
 
 
 class _Struct:

@@ -14,13 +14,13 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from sglang_obs import config_dir
+from sglang_obs.states import STATES
+
+ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
 RULES_DIR = ROOT / "prometheus" / "rules"
 
-# The state classification: code = index (dashboards map codes to names with this order).
-STATES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",
-          "kv_capacity", "scheduling_bottleneck")
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 # (severity, long window, short window, burn factor, for) — SRE workbook, alerting.md §2.
 BURN_RATES = (("critical", "1h", "5m", 14.4, "2m"), ("critical", "6h", "30m", 6, "15m"),
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
     if "--check" in argv:
         for p in stale:
-            print(f"stale: {p.relative_to(ROOT)} (run make generate)", file=sys.stderr)
+            print(f"stale: {p} (run make generate)", file=sys.stderr)
         return 1 if stale else 0
     RULES_DIR.mkdir(parents=True, exist_ok=True)
     for p, text in files.items():

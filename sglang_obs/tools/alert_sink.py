@@ -15,7 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO
 
-log = logging.getLogger("sglang_obs.alert_sink")
+log = logging.getLogger("sglang_obs.tools.alert_sink")
 MAX_BODY = 4 * 1024 * 1024
 KEEP = 10_000  # received alerts kept in memory for GET /alerts
 

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_obs.backfill import STEP, backfill, prometheus
-from sglang_obs.rules import STATES
+from sglang_obs import config_dir
+from sglang_obs.charts import pyplot
+from sglang_obs.generate.backfill import STEP, backfill, prometheus
+from sglang_obs.states import STATE_COLOURS, STATES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 DRAWN = ("timeseries", "state-timeline", "stat", "bargauge")
-STATE_COLOURS = {"unavailable": "#7f7f7f", "idle": "#c7c7c7", "healthy": "#2ca02c",
-                 "prefill_backlog": "#ff7f0e", "decode_contention": "#d62728",
-                 "kv_capacity": "#9467bd", "scheduling_bottleneck": "#e6b800"}
 
 
 @dataclass
@@ -80,10 +79,7 @@ def panel_series(url: str, panel: dict, start: float, end: float) -> list[Series
 
 def draw(panel_data: list[tuple[dict, list[Series]]], title: str, path: Path,
          start: float) -> None:
-    import matplotlib  # noqa: PLC0415 - only this command needs it
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     cols = 3
     rows = math.ceil(len(panel_data) / cols)

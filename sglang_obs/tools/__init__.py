@@ -1,0 +1,1 @@
+"""What an operator runs: the native stack, the alert sink, snapshots, log analysis."""
