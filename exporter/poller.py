@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from sglang_obs.exporter.derived import Derived, derive
 from sglang_obs.exporter.http_fetch import (
     FETCH_ERROR_REASONS,
     METRICS_ACCEPT,
@@ -25,7 +26,7 @@ from sglang_obs.exporter.http_fetch import (
     Response,
     fetch,
 )
-from sglang_obs.exporter.log_stats import LogSnapshot, LogStats
+from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.queue_run import QueueRunState, QueueRunTracker
 from sglang_obs.exporter.sglang_api import (
     Load,
@@ -53,23 +54,6 @@ class PollSettings:
     server_info_interval: float = 30.0
     timeout: float = 2.0
     max_response_bytes: int = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Derived:
-    """Per-server signals computed from one cycle's answers. None means unknown: no series."""
-
-    model_name: str = ""
-    kv_used_tokens: float | None = None
-    kv_capacity_tokens: float | None = None
-    kv_occupancy_ratio: float | None = None
-    running_requests: float | None = None
-    waiting_requests: float | None = None
-    max_running_requests: float | None = None
-    running_requests_ratio: float | None = None
-    decode_speed_per_request: float | None = None
-    prefill_backlog_tokens: float | None = None
-    context_length_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -297,62 +281,3 @@ class TargetPoller:
 
 
 _NOT_FOUND = object()
-
-
-def derive(
-    native: NativeMetrics | None,
-    load: Load | None,
-    config: ServerConfig | None,
-    models_context: float | None = None,
-    log: LogSnapshot | None = None,
-) -> Derived:
-    """Combine one cycle's answers; live load beats scheduler gauges, which beat config, which
-    beats the scheduler log (the only source of the backlog and the effective limit on older
-    releases)."""
-    native = native or NativeMetrics()
-    load = load or Load()
-    config = config or ServerConfig()
-    ranks = max(config.dp_size or 1, 1)
-    capacity_line = log.capacity if log else {}
-
-    def first(*values):
-        return next((v for v in values if v is not None), None)
-
-    def per_server(value):  # the start-up line is one DP rank's
-        return None if value is None else value * ranks
-
-    used = first(load.used_tokens, native.get("kv_used_tokens"), native.get("num_used_tokens"))
-    capacity = first(
-        load.capacity_tokens, native.get("max_total_num_tokens"), config.max_total_num_tokens,
-        per_server(capacity_line.get("max_total_num_tokens")),
-    )
-    running = first(load.running, native.get("num_running_reqs"))
-    waiting = first(load.waiting, native.get("num_queue_reqs"))
-    # The start-up line carries the effective limit; before 0.5.8 /server_info has only the
-    # command-line value, so the log beats it.
-    max_running = first(load.max_running_requests,
-                        per_server(capacity_line.get("max_running_requests")),
-                        config.max_running_requests)
-    gen = first(load.gen_throughput, native.get("gen_throughput"))
-    return Derived(
-        model_name=config.model_name or native.model_name,
-        kv_used_tokens=used,
-        kv_capacity_tokens=capacity,
-        kv_occupancy_ratio=_ratio(used, capacity),
-        running_requests=running,
-        waiting_requests=waiting,
-        max_running_requests=max_running,
-        running_requests_ratio=_ratio(running, max_running),
-        decode_speed_per_request=_ratio(gen, running),
-        prefill_backlog_tokens=first(load.prefill_backlog_tokens,
-                                     log.pending_prefill_tokens if log else None),
-        context_length_tokens=first(
-            native.get("context_len"), models_context, config.context_length
-        ),
-    )
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0:
-        return None
-    return num / den
