@@ -30,8 +30,9 @@ from sglang_obs.exporter.gpu_feed import FeedNvml, RealGpuPresent
 from sglang_obs.exporter.log_follow import DockerLogFollower, FileFollower, FollowThread
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.nvml import NvmlBackend
-from sglang_obs.exporter.poller import PollSettings, TargetPoller, server_label
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.process_match import ProcessServers
+from sglang_obs.exporter.targets import base_url, server_label
 from sglang_obs.exporter.web import make_app, parse_listen_address, serve
 from sglang_obs.exporter.xid import XidWatcher
 
@@ -71,10 +72,9 @@ def size(text: str) -> int:
 
 def url(text: str) -> str:
     try:
-        server_label(text)
+        return base_url(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-    return text.rstrip("/")
 
 
 def listen_address(text: str) -> str:

@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +36,7 @@ from sglang_obs.exporter.sglang_api import (
     parse_server_info,
 )
 from sglang_obs.exporter.sglang_exposition import ExpositionError, NativeMetrics, parse_exposition
+from sglang_obs.exporter.targets import server_label
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,6 @@ class Snapshot:
     derived: Derived | None = None  # None while the server is unreachable
     config: ServerConfig | None = None  # last known; kept while the server is down
     queue_run: QueueRunState | None = None
-
-
-def server_label(url: str) -> str:
-    """host:port of a base URL — the `instance` the SGLang scrape job gives the same server."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
-    return f"{host}:{port}"
 
 
 class TargetPoller:
