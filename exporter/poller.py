@@ -26,6 +26,7 @@ from sglang_obs.exporter.http_fetch import (
     fetch,
 )
 from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.periodic import Periodic
 from sglang_obs.exporter.queue_run import QueueRunState, QueueRunTracker
 from sglang_obs.exporter.sglang_api import (
     Load,
@@ -101,33 +102,16 @@ class TargetPoller:
         self.snapshot = Snapshot(server=self.server, errors=dict(self._errors))
         self._answers: tuple[NativeMetrics | None, Load | None] | None = None  # last up cycle's
         self._lock = threading.Lock()  # the poll and the log follower both replace snapshot
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(f"poll {self.server}", self.poll_once, settings.interval, clock)
         if log_stats is not None:
             log_stats.subscribe(self.refresh_from_log)
 
     # -- background loop -------------------------------------------------------------------
     def start(self, stop: threading.Event) -> None:
-        self._thread = threading.Thread(
-            target=self._run, args=(stop,), name=f"poll {self.server}", daemon=True
-        )
-        self._thread.start()
+        self._loop.start(stop)
 
     def join(self, timeout: float | None = None) -> None:
-        if self._thread:
-            self._thread.join(timeout)
-
-    def _run(self, stop: threading.Event) -> None:
-        next_at = self._clock()
-        while not stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:  # a bug must not kill the poller: log it and poll again
-                log.exception("poll cycle failed unexpectedly for %s", self.server)
-            next_at += self.settings.interval
-            now = self._clock()
-            if next_at < now:  # overran: skip missed ticks instead of bursting
-                next_at = now
-            stop.wait(next_at - now)
+        self._loop.join(timeout)
 
     # -- one cycle ----------------------------------------------------------------------------
     def poll_once(self) -> Snapshot:
