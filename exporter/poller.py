@@ -5,7 +5,8 @@ a cycle), so a scrape never waits on SGLang and never sees a half-updated state.
 
 Per cycle: /metrics and the load endpoint (/v1/loads, else /get_load) every poll interval;
 /server_info (else /get_server_info) and /v1/models every server-info interval and after the
-server comes back, since they change only on restart.
+server comes back, since they change only on restart. derived.py turns those answers into the
+signals the exporter adds; periodic.py runs the cycles.
 """
 
 from __future__ import annotations
