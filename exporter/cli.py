@@ -27,11 +27,13 @@ from sglang_obs.exporter.collector import (
 from sglang_obs.exporter.containers import ContainerSource, docker_client
 from sglang_obs.exporter.gpu import GpuSampler
 from sglang_obs.exporter.gpu_feed import FeedNvml, RealGpuPresent
-from sglang_obs.exporter.log_follow import DockerLogFollower, FileFollower, FollowThread
+from sglang_obs.exporter.log_follow import DockerLogFollower, FileFollower
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.nvml import NvmlBackend
-from sglang_obs.exporter.poller import PollSettings, TargetPoller, server_label
+from sglang_obs.exporter.periodic import Periodic
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.process_match import ProcessServers
+from sglang_obs.exporter.targets import base_url, server_label
 from sglang_obs.exporter.web import make_app, parse_listen_address, serve
 from sglang_obs.exporter.xid import XidWatcher
 
@@ -71,10 +73,9 @@ def size(text: str) -> int:
 
 def url(text: str) -> str:
     try:
-        server_label(text)
+        return base_url(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-    return text.rstrip("/")
 
 
 def listen_address(text: str) -> str:
@@ -302,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         follower = FileFollower(path, log_stats[server_label(target)],
                                 server=server_label(target))
         log_sources.append(follower)
-        threads.append(FollowThread(f"log {path}", follower.poll,
-                                    args.sglang_log_poll_interval))
+        threads.append(Periodic(f"log {path}", follower.poll, args.sglang_log_poll_interval))
     docker = None
     if args.collector_docker and (args.docker_container or args.docker_label
                                   or args.sglang_log_container):
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             dict(label.partition("=")[::2] for label in args.docker_label))
         if args.docker_container or args.docker_label:
             collectors.append(ContainerCollector(source))
-            threads.append(FollowThread("docker", source.poll, args.docker_poll_interval))
+            threads.append(Periodic("docker", source.poll, args.docker_poll_interval))
         for target, container in args.sglang_log_container:
             follower = DockerLogFollower(docker, container, log_stats[server_label(target)],
                                          server=server_label(target))

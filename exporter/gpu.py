@@ -13,6 +13,7 @@ import threading
 import time
 
 from sglang_obs.exporter.nvml import NvmlBackend, NvmlReading, NvmlUnavailable
+from sglang_obs.exporter.periodic import Periodic
 from sglang_obs.exporter.xid import XidWatcher
 
 log = logging.getLogger(__name__)
@@ -60,16 +61,11 @@ class GpuSampler:
         return reading
 
     def start(self, stop: threading.Event) -> None:
-        threading.Thread(target=self._run, args=(stop,), name="nvml", daemon=True).start()
+        Periodic("nvml", lambda: self._cycle(stop), self.interval).start(stop)
 
-    def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                reading = self.sample()
-                if reading.ok and self.xid is not None and not self._xid_started:
-                    self.xid.start(stop)
-                    self._xid_started = True
-            except Exception:  # a bug must not end GPU sampling
-                log.exception("GPU sampling cycle failed")
-            stop.wait(max(self.interval - (time.monotonic() - started), 0.1))
+    def _cycle(self, stop: threading.Event) -> None:
+        reading = self.sample()
+        # The watcher registers for events on the GPUs NVML lists: start it once NVML answers.
+        if reading.ok and self.xid is not None and not self._xid_started:
+            self.xid.start(stop)
+            self._xid_started = True

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.sglang_log import parse_line
@@ -109,27 +109,6 @@ def feed_lines(lines: Iterable[bytes | str], stats: LogStats) -> int:
     if n:
         stats.batch_fed()
     return n
-
-
-class FollowThread:
-    """Runs a poll function every `interval` seconds until stopped; never dies of an error."""
-
-    def __init__(self, name: str, poll: Callable[[], object], interval: float):
-        self._poll, self._interval, self.name = poll, interval, name
-        self.errors = 0
-
-    def start(self, stop: threading.Event) -> None:
-        threading.Thread(target=self._run, args=(stop,), name=self.name, daemon=True).start()
-
-    def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                self._poll()
-            except Exception:
-                self.errors += 1
-                log.exception("%s: follow cycle failed", self.name)
-            stop.wait(max(self._interval - (time.monotonic() - started), 0.05))
 
 
 class DockerLogFollower:

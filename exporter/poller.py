@@ -5,7 +5,8 @@ a cycle), so a scrape never waits on SGLang and never sees a half-updated state.
 
 Per cycle: /metrics and the load endpoint (/v1/loads, else /get_load) every poll interval;
 /server_info (else /get_server_info) and /v1/models every server-info interval and after the
-server comes back, since they change only on restart.
+server comes back, since they change only on restart. derived.py turns those answers into the
+signals the exporter adds; periodic.py runs the cycles.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import json
 import logging
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from sglang_obs.exporter.derived import Derived, derive
 from sglang_obs.exporter.http_fetch import (
     FETCH_ERROR_REASONS,
     METRICS_ACCEPT,
@@ -25,7 +26,8 @@ from sglang_obs.exporter.http_fetch import (
     Response,
     fetch,
 )
-from sglang_obs.exporter.log_stats import LogSnapshot, LogStats
+from sglang_obs.exporter.log_stats import LogStats
+from sglang_obs.exporter.periodic import Periodic
 from sglang_obs.exporter.queue_run import QueueRunState, QueueRunTracker
 from sglang_obs.exporter.sglang_api import (
     Load,
@@ -36,6 +38,7 @@ from sglang_obs.exporter.sglang_api import (
     parse_server_info,
 )
 from sglang_obs.exporter.sglang_exposition import ExpositionError, NativeMetrics, parse_exposition
+from sglang_obs.exporter.targets import server_label
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +59,6 @@ class PollSettings:
 
 
 @dataclass(frozen=True)
-class Derived:
-    """Per-server signals computed from one cycle's answers. None means unknown: no series."""
-
-    model_name: str = ""
-    kv_used_tokens: float | None = None
-    kv_capacity_tokens: float | None = None
-    kv_occupancy_ratio: float | None = None
-    running_requests: float | None = None
-    waiting_requests: float | None = None
-    max_running_requests: float | None = None
-    running_requests_ratio: float | None = None
-    decode_speed_per_request: float | None = None
-    prefill_backlog_tokens: float | None = None
-    context_length_tokens: float | None = None
-
-
-@dataclass(frozen=True)
 class Snapshot:
     server: str
     up: bool = False
@@ -85,16 +71,6 @@ class Snapshot:
     derived: Derived | None = None  # None while the server is unreachable
     config: ServerConfig | None = None  # last known; kept while the server is down
     queue_run: QueueRunState | None = None
-
-
-def server_label(url: str) -> str:
-    """host:port of a base URL — the `instance` the SGLang scrape job gives the same server."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
-    return f"{host}:{port}"
 
 
 class TargetPoller:
@@ -127,33 +103,16 @@ class TargetPoller:
         self.snapshot = Snapshot(server=self.server, errors=dict(self._errors))
         self._answers: tuple[NativeMetrics | None, Load | None] | None = None  # last up cycle's
         self._lock = threading.Lock()  # the poll and the log follower both replace snapshot
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(f"poll {self.server}", self.poll_once, settings.interval, clock)
         if log_stats is not None:
             log_stats.subscribe(self.refresh_from_log)
 
     # -- background loop -------------------------------------------------------------------
     def start(self, stop: threading.Event) -> None:
-        self._thread = threading.Thread(
-            target=self._run, args=(stop,), name=f"poll {self.server}", daemon=True
-        )
-        self._thread.start()
+        self._loop.start(stop)
 
     def join(self, timeout: float | None = None) -> None:
-        if self._thread:
-            self._thread.join(timeout)
-
-    def _run(self, stop: threading.Event) -> None:
-        next_at = self._clock()
-        while not stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:  # a bug must not kill the poller: log it and poll again
-                log.exception("poll cycle failed unexpectedly for %s", self.server)
-            next_at += self.settings.interval
-            now = self._clock()
-            if next_at < now:  # overran: skip missed ticks instead of bursting
-                next_at = now
-            stop.wait(next_at - now)
+        self._loop.join(timeout)
 
     # -- one cycle ----------------------------------------------------------------------------
     def poll_once(self) -> Snapshot:
@@ -297,62 +256,3 @@ class TargetPoller:
 
 
 _NOT_FOUND = object()
-
-
-def derive(
-    native: NativeMetrics | None,
-    load: Load | None,
-    config: ServerConfig | None,
-    models_context: float | None = None,
-    log: LogSnapshot | None = None,
-) -> Derived:
-    """Combine one cycle's answers; live load beats scheduler gauges, which beat config, which
-    beats the scheduler log (the only source of the backlog and the effective limit on older
-    releases)."""
-    native = native or NativeMetrics()
-    load = load or Load()
-    config = config or ServerConfig()
-    ranks = max(config.dp_size or 1, 1)
-    capacity_line = log.capacity if log else {}
-
-    def first(*values):
-        return next((v for v in values if v is not None), None)
-
-    def per_server(value):  # the start-up line is one DP rank's
-        return None if value is None else value * ranks
-
-    used = first(load.used_tokens, native.get("kv_used_tokens"), native.get("num_used_tokens"))
-    capacity = first(
-        load.capacity_tokens, native.get("max_total_num_tokens"), config.max_total_num_tokens,
-        per_server(capacity_line.get("max_total_num_tokens")),
-    )
-    running = first(load.running, native.get("num_running_reqs"))
-    waiting = first(load.waiting, native.get("num_queue_reqs"))
-    # The start-up line carries the effective limit; before 0.5.8 /server_info has only the
-    # command-line value, so the log beats it.
-    max_running = first(load.max_running_requests,
-                        per_server(capacity_line.get("max_running_requests")),
-                        config.max_running_requests)
-    gen = first(load.gen_throughput, native.get("gen_throughput"))
-    return Derived(
-        model_name=config.model_name or native.model_name,
-        kv_used_tokens=used,
-        kv_capacity_tokens=capacity,
-        kv_occupancy_ratio=_ratio(used, capacity),
-        running_requests=running,
-        waiting_requests=waiting,
-        max_running_requests=max_running,
-        running_requests_ratio=_ratio(running, max_running),
-        decode_speed_per_request=_ratio(gen, running),
-        prefill_backlog_tokens=first(load.prefill_backlog_tokens,
-                                     log.pending_prefill_tokens if log else None),
-        context_length_tokens=first(
-            native.get("context_len"), models_context, config.context_length
-        ),
-    )
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0:
-        return None
-    return num / den

@@ -1,14 +1,14 @@
 """HTTP side: a landing page at /, the registry at the telemetry path, and /sd/sglang.
 
 prometheus_client's WSGI app renders the exposition (and negotiates OpenMetrics and gzip).
-/sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format, so the
-`sglang` scrape job targets exactly the servers the exporter polls: the URLs are configured once.
+/sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format (built in
+targets.py), so the `sglang` scrape job targets exactly the servers the exporter polls: the URLs
+are configured once.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import logging
 import socket
 import threading
@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sglang_obs import __version__
-from sglang_obs.exporter.poller import server_label
+from sglang_obs.exporter.targets import service_discovery
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,6 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"listen address must be [host]:port, got {value!r}")
     return host.strip("[]"), int(port)
-
-
-def service_discovery(targets: list[str]) -> bytes:
-    """HTTP SD answer: one target group per server; the scheme travels as __scheme__."""
-    groups = []
-    for url in targets:
-        # Same host:port as the exporter's `server` label, so the two jobs join on instance.
-        scheme = url.partition("://")[0]
-        groups.append({"targets": [server_label(url)], "labels": {"__scheme__": scheme}})
-    return json.dumps(groups).encode()
 
 
 def make_app(registry: CollectorRegistry, telemetry_path: str, targets: list[str]):

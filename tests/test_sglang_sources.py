@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from sglang_obs.exporter.poller import derive
+from sglang_obs.exporter.derived import derive
 from sglang_obs.exporter.sglang_api import (
     PayloadError,
     parse_loads,
