@@ -20,15 +20,14 @@ from pathlib import Path
 import yaml
 
 from sglang_obs import config_dir
+from sglang_obs.generate import rules
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-RULES_DIR = ROOT / "prometheus" / "rules"
 # Recording rules before the alerts that read them; promtool otherwise evaluates the groups in
 # a random order at each step, and an alert may see the previous step's recorded values.
-RULE_FILES = [RULES_DIR / "sglang.rules.yml", RULES_DIR / "sglang.alerts.yml",
-              RULES_DIR / "gpu.alerts.yml"]
+RULE_FILES = [rules.RULES_DIR / name for name, _ in rules.RULE_FILES]
 
 
 def group_eval_order() -> list[str]:
