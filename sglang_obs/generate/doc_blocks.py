@@ -1,7 +1,7 @@
 """Generated blocks inside hand-written Markdown (docs/simulator.md, docs/runbooks.md).
 
-A block sits between `<!-- generated:NAME -->` and `<!-- end:NAME -->`; `make generate` rewrites
-what is between the markers and leaves the prose around them alone.
+A block sits between the lines `<!-- generated:NAME -->` and `<!-- end:NAME -->`; `make generate`
+rewrites what is between the markers and leaves the prose around them alone.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-_START = re.compile(r"<!-- generated:(\S+) -->")
+_START = re.compile(r"^<!-- generated:(\S+) -->$", re.M)  # a marker is a line of its own
 
 
 class DocBlockError(ValueError):
@@ -25,7 +25,8 @@ def replace_blocks(text: str, blocks: Mapping[str, str], doc: Path) -> str:
         raise DocBlockError(f"{doc}: no generator for blocks {unknown}")
     for name, content in blocks.items():
         pattern = re.compile(
-            rf"(<!-- generated:{re.escape(name)} -->\n).*?(<!-- end:{re.escape(name)} -->)", re.S)
+            rf"^(<!-- generated:{re.escape(name)} -->\n).*?^(<!-- end:{re.escape(name)} -->)$",
+            re.S | re.M)
         if not pattern.search(text):
             raise DocBlockError(f"{doc}: block {name} missing")
         text = pattern.sub(lambda m, content=content: m.group(1) + content + m.group(2), text)

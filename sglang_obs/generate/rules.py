@@ -687,9 +687,12 @@ def rule_files(t: dict) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write the rule files; --check: compare them instead."""
+    """Write the rule files (and, in a checkout, docs/runbooks.md's blocks); --check: compare."""
+    from sglang_obs.generate import runbooks  # noqa: PLC0415 - it reads this module's tables
+
     argv = sys.argv[1:] if argv is None else argv
-    files = rule_files(load_thresholds())
+    t = load_thresholds()
+    files = {**rule_files(t), **runbooks.files(t)}
     stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
     if "--check" in argv:
         for p in stale:
