@@ -5,8 +5,8 @@ signals and the one state classification), then the alerts, which read the recor
 that dashboards and alerts share one definition. Every rule carries a comment saying why.
 
 The alerts are a table (`Alert` rows built from the thresholds) that one function renders; each
-row also says in words when it fires, which docs/runbooks.md quotes (sglang_obs/generate/
-runbooks.py), so the runbook and the rules cannot disagree on a number.
+row also says in words when it fires, which runbooks.py quotes in docs/runbooks.md, so the
+runbook and the rules cannot disagree on a number.
 """
 
 from __future__ import annotations
