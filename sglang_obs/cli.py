@@ -1,7 +1,7 @@
 """`sglang-obs`: the stack's own commands.
 
     sglang-obs alert-sink [--listen 127.0.0.1:9095] [--log-file alerts.jsonl]
-    sglang-obs rules [--check]          regenerate prometheus/rules from thresholds.yml
+    sglang-obs rules [--check]          regenerate prometheus/rules (and docs/runbooks.md's blocks)
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
     sglang-obs render-dashboard --scenario NAME [--dashboard JSON] --out PNG
@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     sink.add_argument("--listen", type=_listen, default=("127.0.0.1", 9095),
                       help="host:port to listen on (default 127.0.0.1:9095)")
     sink.add_argument("--log-file", help="also append one JSON line per alert to this file")
-    rules = sub.add_parser("rules", help="regenerate prometheus/rules/*.yml")
-    rules.add_argument("--check", action="store_true", help="fail if they are stale")
+    rules = sub.add_parser(
+        "rules", help="regenerate prometheus/rules/*.yml from thresholds.yml, and in a checkout "
+        "the blocks of docs/runbooks.md that quote them")
+    rules.add_argument("--check", action="store_true", help="fail if any of them is stale")
     detection = sub.add_parser("detection", help="regenerate docs/detection.md")
     detection.add_argument("scenarios", nargs="*", help="only these (printed, not written)")
     analyze = sub.add_parser(

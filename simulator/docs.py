@@ -7,10 +7,10 @@ model parameters with their defaults, and the seed 000 original-versus-tuned com
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from pathlib import Path
 
+from sglang_obs.generate.doc_blocks import replace_blocks
 from sglang_obs.simulator import compare
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
@@ -81,12 +81,7 @@ BLOCKS = {
 
 
 def render(text: str) -> str:
-    for name, make in BLOCKS.items():
-        pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- end:{name} -->)", re.S)
-        if not pattern.search(text):
-            raise SystemExit(f"{DOC}: block {name} missing")
-        text = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), text)
-    return text
+    return replace_blocks(text, {name: make() for name, make in BLOCKS.items()}, DOC)
 
 
 if __name__ == "__main__":

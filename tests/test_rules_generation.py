@@ -1,6 +1,7 @@
 """Generated rule files and the detection table are current, and meet their targets."""
 
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -8,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sglang_obs.generate import detection, rules
 from sglang_obs.tools.alert_sink import AlertSink
@@ -16,7 +18,7 @@ from conftest import ROOT, require_binary
 
 
 def test_rule_files_are_generated_from_thresholds_yml():
-    stale = [str(p) for p, text in rules.all_files().items()
+    stale = [str(p) for p, text in rules.rule_files(rules.load_thresholds()).items()
              if not p.exists() or p.read_text() != text]
     assert not stale, f"stale (run make generate): {stale}"
 
@@ -31,10 +33,91 @@ def test_promtool_accepts_the_shipped_prometheus_config_and_its_rules():
 
 def test_every_threshold_in_the_yaml_reaches_the_rules():
     t = rules.load_thresholds()
-    text = "".join(rules.all_files(t).values())
+    text = "".join(rules.rule_files(t).values())
     for section in ("classification", "alerts"):
         for key, value in t[section].items():
             assert str(value) in text, f"{section}.{key}={value} is not used by any rule"
+
+
+def _finite_alternatives(pattern: str) -> set[str]:
+    """The names an anchored regex of literals, groups and | matches; anything open-ended (., *,
+    classes...) fails, since then no list of alert names could be checked against it."""
+
+    def alternation(i: int) -> tuple[set[str], int]:
+        names, i = sequence(i)
+        while i < len(pattern) and pattern[i] == "|":
+            more, i = sequence(i + 1)
+            names |= more
+        return names, i
+
+    def sequence(i: int) -> tuple[set[str], int]:
+        names = {""}
+        while i < len(pattern) and pattern[i] not in "|)":
+            if pattern[i] == "(":
+                i += 3 if pattern.startswith("(?:", i) else 1
+                part, i = alternation(i)
+                assert pattern[i:i + 1] == ")", f"unbalanced ( in {pattern!r}"
+            elif pattern[i] in ".*+?[]{}^$\\":
+                pytest.fail(f"{pattern!r}: {pattern[i]!r} makes the set of names open-ended")
+            else:
+                part = {pattern[i]}
+            i += 1
+            names = {n + p for n in names for p in part}
+        return names, i
+
+    names, end = alternation(0)
+    assert end == len(pattern), f"unbalanced ) in {pattern!r}"
+    return names
+
+
+def test_finite_alternatives_expands_groups():
+    assert _finite_alternatives("A") == {"A"}
+    assert _finite_alternatives("A|B") == {"A", "B"}
+    assert _finite_alternatives("X(A|B(?:C|D))Y") == {"XAY", "XBCY", "XBDY"}
+
+
+_MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(\S*))\s*')
+
+
+def _alertname_matchers(config: dict) -> list[tuple[str, str]]:
+    """(operator, value) of every alertname matcher in the routes and the inhibit rules."""
+    found = []
+
+    def collect(matchers: list[str] | None, match: dict | None, match_re: dict | None) -> None:
+        for text in matchers or []:
+            m = _MATCHER.fullmatch(text)
+            assert m, f"unparsed matcher {text!r}"
+            if m[1] == "alertname":
+                found.append((m[2], m[3] if m[3] is not None else m[4]))
+        if "alertname" in (match or {}):
+            found.append(("=", match["alertname"]))
+        if "alertname" in (match_re or {}):
+            found.append(("=~", match_re["alertname"]))
+
+    def walk(route: dict) -> None:
+        collect(route.get("matchers"), route.get("match"), route.get("match_re"))
+        for child in route.get("routes", []):
+            walk(child)
+
+    walk(config["route"])
+    for rule in config.get("inhibit_rules", []):
+        for side in ("source", "target"):
+            collect(rule.get(f"{side}_matchers"), rule.get(f"{side}_match"),
+                    rule.get(f"{side}_match_re"))
+    return found
+
+
+def test_every_alertname_alertmanager_matches_is_a_generated_alert():
+    generated = {rule["alert"] for path in rules.RULES_DIR.glob("*.alerts.yml")
+                 for group in yaml.safe_load(path.read_text())["groups"]
+                 for rule in group["rules"] if "alert" in rule}
+    config = yaml.safe_load((ROOT / "alertmanager/alertmanager.yml").read_text())
+    matchers = _alertname_matchers(config)
+    assert len(matchers) >= 6, matchers
+    for op, value in matchers:
+        names = _finite_alternatives(value) if op in ("=~", "!~") else {value}
+        missing = sorted(names - generated)
+        assert not missing, f"alertmanager.yml alertname{op}{value!r}: no such alert {missing}"
 
 
 def test_state_codes_are_the_documented_order():

@@ -3,12 +3,16 @@
 Recording rules first (throughput, cache hit, quantiles, SLO error ratios, the per-server state
 signals and the one state classification), then the alerts, which read the recorded series so
 that dashboards and alerts share one definition. Every rule carries a comment saying why.
+
+The alerts are a table (`Alert` rows built from the thresholds) that one function renders; each
+row also says in words when it fires, which runbooks.py quotes in docs/runbooks.md, so the
+runbook and the rules cannot disagree on a number.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,13 @@ from sglang_obs.states import STATES
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
 RULES_DIR = ROOT / "prometheus" / "rules"
+# The files in prometheus/rules/ with their header lines, recording rules first: Prometheus and
+# promtool evaluate the groups in this order.
+RULE_FILES = (
+    ("sglang.rules.yml", "Recording rules: read these, not raw SGLang series."),
+    ("sglang.alerts.yml", "SGLang alerts."),
+    ("gpu.alerts.yml", "GPU and meta alerts."),
+)
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 # (severity, long window, short window, burn factor, for) — SRE workbook, alerting.md §2.
@@ -36,48 +47,71 @@ LATENCY_HISTOGRAMS = (
 SERVING_ENDPOINTS = "/v1/chat/completions|/v1/completions|/generate"
 
 
+@dataclass(frozen=True)
+class Slo:
+    key: str  # under slo: in thresholds.yml
+    histogram: str
+    alert: str
+    promise: str  # what the SLO promises, with {t} the threshold in seconds (runbook)
+    error: str  # what an error is, with {t} (alert description)
+
+
+SLOS = (
+    Slo("ttft", "time_to_first_token_seconds", "SGLangTTFTBudgetBurn",
+        "of requests get their first token within {t} s",
+        "of requests waited more than {t} s for the first token"),
+    Slo("itl", "inter_token_latency_seconds", "SGLangITLBudgetBurn",
+        "of output tokens arrive within {t} s of the previous one",
+        "of output tokens came more than {t} s after the previous"),
+)
+
+
 def load_thresholds(path: Path = THRESHOLDS) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-@dataclass
-class Rule:
+@dataclass(frozen=True)
+class Record:
+    name: str
+    expr: str
     comment: str
-    body: dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule, and in `fires_when` the same condition in words for its runbook."""
+
+    name: str
+    expr: str
+    comment: str
+    severity: str
+    for_: str
+    summary: str
+    description: str
+    fires_when: str  # Markdown: expr in words, with the same thresholds
+    labels: tuple[tuple[str, str], ...] = ()  # besides severity, in this order
+    dashboard: str = "sglang-overview"
+    keep_firing_for: str | None = None
+
+
+@dataclass(frozen=True)
 class Group:
     name: str
-    rules: list[Rule] = field(default_factory=list)
-    interval: str | None = None
+    file: str  # one of RULE_FILES
+    rules: tuple[Record | Alert, ...]
 
-    def record(self, name: str, expr: str, comment: str) -> None:
-        self.rules.append(Rule(comment, {"record": name, "expr": _clean(expr)}))
 
-    def alert(self, name: str, expr: str, comment: str, *, severity: str, for_: str,
-              summary: str, description: str, labels: dict | None = None,
-              dashboard: str = "sglang-overview", keep_firing_for: str | None = None) -> None:
-        t = CONFIG
-        body = {
-            "alert": name, "expr": _clean(expr), "for": for_,
-            **({"keep_firing_for": keep_firing_for} if keep_firing_for else {}),
-            "labels": {"severity": severity, **(labels or {})},
-            "annotations": {
-                "summary": summary,
-                "description": description,
-                "runbook_url": f"{t['runbook_base']}#{name.lower()}",
-                "dashboard": f"{t['dashboard_base']}/{dashboard}",
-            },
-        }
-        self.rules.append(Rule(comment, body))
+@dataclass(frozen=True)
+class StateClass:
+    """A state of the classification: its PromQL condition and the same in words (runbook)."""
+
+    state: str
+    condition: str
+    meaning: str
 
 
 def _clean(expr: str) -> str:
     return "\n".join(line.rstrip() for line in expr.strip().splitlines())
-
-
-CONFIG: dict[str, Any] = {}
 
 
 def _s(t) -> str:
@@ -92,99 +126,68 @@ def _e(t) -> str:
 def recording_groups(t: dict) -> list[Group]:
     s = _s(t)
     by = "sum by (instance, model_name)"
-    serving = Group("sglang-serving.rules")
+    serving: list[Record] = []
     for metric, label in (("num_requests", "Requests finished"),
                           ("prompt_tokens", "Prompt tokens"),
                           ("generation_tokens", "Generated tokens")):
-        serving.record(
+        serving.append(Record(
             f"instance_model:sglang_{metric}:rate5m",
             f"{by} (rate(sglang:{metric}_total{{{s}}}[5m]))",
-            f"{label} per second, per server and model; sums away is_streaming.")
+            f"{label} per second, per server and model; sums away is_streaming."))
     for window in ("5m", "15m", "6h"):
-        serving.record(
+        serving.append(Record(
             f"instance_model:sglang_cache_hit:ratio_rate{window}",
             f"""
 {by} (rate(sglang:cached_tokens_total{{{s}}}[{window}]))
   / ({by} (rate(sglang:prompt_tokens_total{{{s}}}[{window}])) > 0)""",
             "Prefix-cache hit ratio from counters: the cache_hit_rate gauge is per batch and "
-            "was zeroed by decode reports up to 0.5.17.")
+            "was zeroed by decode reports up to 0.5.17."))
     for hist, label in LATENCY_HISTOGRAMS:
         for qname, q in QUANTILES:
-            serving.record(
+            serving.append(Record(
                 f"instance_model:sglang_{hist}:{qname}_5m",
                 f"histogram_quantile({q}, sum by (instance, model_name, le) "
                 f"(rate(sglang:{hist}_bucket{{{s}}}[5m])))",
-                f"{label} {qname} over 5 minutes (capped at the top finite bucket).")
-    serving.record(
+                f"{label} {qname} over 5 minutes (capped at the top finite bucket)."))
+    serving.append(Record(
         "instance_model:sglang_aborted_requests:ratio_rate5m",
         f"""
 {by} (rate(sglang:num_aborted_requests_total{{{s}}}[5m]))
   / ({by} (rate(sglang:num_requests_total{{{s}}}[5m])) > 0)""",
-        "Share of requests aborted (client gone, or the server gave up).")
-    serving.record(
+        "Share of requests aborted (client gone, or the server gave up)."))
+    serving.append(Record(
         "instance:sglang_http_5xx:ratio_rate5m",
         f"""
 (sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
    or 0 * sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])))
   / (sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > 0)""",  # noqa: E501
         "Share of serving-endpoint responses that are 5xx (0.5.7+), 0 when there are none; "
-        "/metrics and /health are counted by SGLang too, hence the endpoint filter.")
+        "/metrics and /health are counted by SGLang too, hence the endpoint filter."))
 
-    slo = Group("sglang-slo.rules")
-    for name, hist in (("ttft", "time_to_first_token_seconds"),
-                       ("itl", "inter_token_latency_seconds")):
-        le = t["slo"][name]["threshold_seconds"]
+    slo: list[Record] = []
+    for o in SLOS:
+        le = t["slo"][o.key]["threshold_seconds"]
         for window in SLO_WINDOWS:
-            slo.record(
-                f"instance_model:sglang_{name}_slo_errors:ratio_rate{window}",
+            slo.append(Record(
+                f"instance_model:sglang_{o.key}_slo_errors:ratio_rate{window}",
                 f"""
-({by} (rate(sglang:{hist}_count{{{s}}}[{window}]))
-  - {by} (rate(sglang:{hist}_bucket{{{s}, le="{le}"}}[{window}])))
-  / ({by} (rate(sglang:{hist}_count{{{s}}}[{window}])) > 0)""",
-                f"{name.upper()} SLO error ratio over {window}: share above {le} s "
-                f"(an exact bucket bound).")
-    slo.record(
+({by} (rate(sglang:{o.histogram}_count{{{s}}}[{window}]))
+  - {by} (rate(sglang:{o.histogram}_bucket{{{s}, le="{le}"}}[{window}])))
+  / ({by} (rate(sglang:{o.histogram}_count{{{s}}}[{window}])) > 0)""",
+                f"{o.key.upper()} SLO error ratio over {window}: share above {le} s "
+                f"(an exact bucket bound)."))
+    slo.append(Record(
         "instance_model:sglang_requests:rate1h",
         f"{by} (rate(sglang:time_to_first_token_seconds_count{{{s}}}[1h]))",
-        "Traffic floor of the SLO alerts: requests per second over the last hour.")
-    return [serving, slo, state_group(t)]
+        "Traffic floor of the SLO alerts: requests per second over the last hour."))
+    return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
+            Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
+            state_group(t)]
 
 
-def state_group(t: dict) -> Group:
-    s, e, c = _s(t), _e(t), t["classification"]
-    g = Group("sglang-state.rules")
-    g.record("instance:sglang_available:min",
-             f"max by (instance) (sglang_obs_up{{{e}}})\nor max by (instance) (up{{{s}}})",
-             "1 when the server answers: the exporter's poll (any endpoint) when it watches the "
-             "server, else Prometheus's scrape. A server with metrics off still serves.")
-    for name, metric in (("running_requests", "running_requests"),
-                         ("waiting_requests", "waiting_requests"),
-                         ("prefill_backlog_tokens", "prefill_backlog_tokens"),
-                         ("queue_nonempty_duration_seconds", "queue_nonempty_duration_seconds"),
-                         ("decode_speed_per_request",
-                          "decode_speed_per_request_tokens_per_second")):
-        g.record(f"instance:sglang_{name}:max", f"max by (instance) (sglang_obs_{metric}{{{e}}})",
-                 f"Exporter's live {name.replace('_', ' ')} (polled every second), per server.")
-    g.record("instance:sglang_running_requests_per_max:ratio",
-             f"max by (instance) (sglang_obs_running_requests_ratio{{{e}}})",
-             "Running requests over the effective max_running_requests.")
-    g.record("instance:sglang_kv_occupancy:ratio",
-             f"max by (instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
-             "KV pool used over capacity at full resolution.")
-    x = f"sglang:num_retracted_requests_total{{{s}}}"
-    g.record("instance:sglang_retractions:increase5m", f"""
-sum by (instance) (
-    (increase({x}[5m]) or 0 * {x})
-  + ((min_over_time({x}[5m]) unless {x} offset 5m) or 0 * {x}))""",
-             "Requests retracted (KV pool full in decode) in the last 5 minutes (0.5.7+). "
-             "SGLang creates the counter at the first retraction, already counting it, so a "
-             "series younger than 5 minutes counts from zero.")
-    g.record("instance:sglang_decode_speed_per_request:p90_1h",
-             "quantile_over_time(0.9, instance:sglang_decode_speed_per_request:max[1h])",
-             "The server's usual good decode speed per request: the baseline of contention.")
-    g.record("instance:sglang_running_requests:avg_1h",
-             "avg_over_time(instance:sglang_running_requests:max[1h])",
-             "The server's usual running-batch size.")
+def state_classes(t: dict) -> tuple[StateClass, ...]:
+    """The states in priority order: a server is in the first one whose condition holds."""
+    c = t["classification"]
     kv = (f"(instance:sglang_kv_occupancy:ratio >= {c['kv_occupancy_ratio']})"
           " or (instance:sglang_retractions:increase5m > 0)")
     # Waiting prompts behind a running batch at its limit are not a prefill backlog: they wait
@@ -211,257 +214,418 @@ sum by (instance) (
                   f"{c['scheduling_kv_ratio_below']})")
     idle = ("(instance:sglang_running_requests:max == 0)"
             " and on (instance) (instance:sglang_waiting_requests:max == 0)")
-    code = STATES.index
-    g.record("instance:sglang_state:code", f"""
-  0 * (instance:sglang_available:min == 0)
-or {code('kv_capacity')} + 0 * ({kv})
-or {code('prefill_backlog')} + 0 * ({prefill})
-or {code('decode_contention')} + 0 * ({decode})
-or {code('scheduling_bottleneck')} + 0 * ({scheduling})
-or {code('idle')} + 0 * ({idle})
-or {code('healthy')} + 0 * (instance:sglang_available:min == 1)""",
-             "One state per server, by priority: unavailable, kv_capacity, prefill_backlog, "
-             "decode_contention, scheduling_bottleneck, idle, healthy (seed 000's reading guide). "
-             "Codes: " + ", ".join(f"{i} {n}" for i, n in enumerate(STATES)) + ".")
-    g.record("instance:sglang_state:class",
-             "\nor ".join(f'label_replace(0 * (instance:sglang_state:code == {i}) + 1, '
-                          f'"state", "{name}", "", "")' for i, name in enumerate(STATES)),
-             "The same state as a label (value 1), for tables, alerts and snapshots.")
-    return g
+    limit = f"{c['running_ratio_at_limit']} of the effective `max_running_requests`"
+    return (
+        StateClass("unavailable", "instance:sglang_available:min == 0",
+                   "`instance:sglang_available:min == 0`: the exporter's poll or Prometheus's "
+                   "scrape fails"),
+        StateClass("kv_capacity", kv,
+                   f"KV occupancy (`instance:sglang_kv_occupancy:ratio`) ≥ "
+                   f"{c['kv_occupancy_ratio']}, or any retraction in the last 5 min"),
+        StateClass("prefill_backlog", prefill,
+                   f"≥ {c['prefill_backlog_tokens']} prompt tokens wait to be prefilled "
+                   "(`instance:sglang_prefill_backlog_tokens:max`), the queue is non-empty, and "
+                   f"the running batch is below {limit}"),
+        StateClass("decode_contention", decode,
+                   f"KV occupancy ≥ {c['min_kv_for_contention']}, and either decode speed per "
+                   "request (`instance:sglang_decode_speed_per_request:max`) < "
+                   f"{c['decode_speed_collapse_ratio']} × its 1 h p90 with running ≥ {limit}, "
+                   f"or < {c['decode_speed_drop_ratio']} × its 1 h p90 with running ≥ "
+                   f"{c['min_running_for_contention']} and ≥ {c['running_growth_factor']} × its "
+                   "1 h average"),
+        StateClass("scheduling_bottleneck", scheduling,
+                   f"the queue has been non-empty ≥ {c['scheduling_queue_seconds']} s "
+                   "(`instance:sglang_queue_nonempty_duration_seconds:max`) while KV occupancy "
+                   f"< {c['scheduling_kv_ratio_below']}"),
+        StateClass("idle", idle, "nothing running, nothing waiting"),
+        StateClass("healthy", "instance:sglang_available:min == 1",
+                   "reachable and none of the above"),
+    )
+
+
+def state_group(t: dict) -> Group:
+    s, e = _s(t), _e(t)
+    g: list[Record] = [Record(
+        "instance:sglang_available:min",
+        f"max by (instance) (sglang_obs_up{{{e}}})\nor max by (instance) (up{{{s}}})",
+        "1 when the server answers: the exporter's poll (any endpoint) when it watches the "
+        "server, else Prometheus's scrape. A server with metrics off still serves.")]
+    for name, metric in (("running_requests", "running_requests"),
+                         ("waiting_requests", "waiting_requests"),
+                         ("prefill_backlog_tokens", "prefill_backlog_tokens"),
+                         ("queue_nonempty_duration_seconds", "queue_nonempty_duration_seconds"),
+                         ("decode_speed_per_request",
+                          "decode_speed_per_request_tokens_per_second")):
+        g.append(Record(
+            f"instance:sglang_{name}:max", f"max by (instance) (sglang_obs_{metric}{{{e}}})",
+            f"Exporter's live {name.replace('_', ' ')} (polled every second), per server."))
+    g.append(Record("instance:sglang_running_requests_per_max:ratio",
+                    f"max by (instance) (sglang_obs_running_requests_ratio{{{e}}})",
+                    "Running requests over the effective max_running_requests."))
+    g.append(Record("instance:sglang_kv_occupancy:ratio",
+                    f"max by (instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
+                    "KV pool used over capacity at full resolution."))
+    x = f"sglang:num_retracted_requests_total{{{s}}}"
+    g.append(Record("instance:sglang_retractions:increase5m", f"""
+sum by (instance) (
+    (increase({x}[5m]) or 0 * {x})
+  + ((min_over_time({x}[5m]) unless {x} offset 5m) or 0 * {x}))""",
+                    "Requests retracted (KV pool full in decode) in the last 5 minutes (0.5.7+). "
+                    "SGLang creates the counter at the first retraction, already counting it, so "
+                    "a series younger than 5 minutes counts from zero."))
+    g.append(Record("instance:sglang_decode_speed_per_request:p90_1h",
+                    "quantile_over_time(0.9, instance:sglang_decode_speed_per_request:max[1h])",
+                    "The server's usual good decode speed per request: the baseline of "
+                    "contention."))
+    g.append(Record("instance:sglang_running_requests:avg_1h",
+                    "avg_over_time(instance:sglang_running_requests:max[1h])",
+                    "The server's usual running-batch size."))
+    classes = state_classes(t)
+    # Each state's code where its condition holds; `or` keeps the first, so priority is order.
+    branches = [(f"{STATES.index(k.state)} + " if STATES.index(k.state) else "")
+                + f"0 * ({k.condition})" for k in classes]
+    g.append(Record("instance:sglang_state:code", "\nor ".join(branches),
+                    "One state per server, by priority: "
+                    + ", ".join(k.state for k in classes) + " (seed 000's reading guide). "
+                    "Codes: " + ", ".join(f"{i} {n}" for i, n in enumerate(STATES)) + "."))
+    g.append(Record("instance:sglang_state:class",
+                    "\nor ".join(f'label_replace(0 * (instance:sglang_state:code == {i}) + 1, '
+                                 f'"state", "{name}", "", "")' for i, name in enumerate(STATES)),
+                    "The same state as a label (value 1), for tables, alerts and snapshots."))
+    return Group("sglang-state.rules", "sglang.rules.yml", tuple(g))
 
 
 # -- alerts ------------------------------------------------------------------------------------
-def alert_groups(t: dict) -> list[Group]:
+def availability_alerts(t: dict) -> tuple[Alert, ...]:
     s, e, a = _s(t), _e(t), t["alerts"]
-    code = STATES.index
-    avail = Group("sglang-availability.alerts")
-    avail.alert(
-        "SGLangServerDown",
-        f"""
+    restarts = a["container_restarts_in_15m"]
+    return (
+        Alert(
+            "SGLangServerDown",
+            f"""
 max by (instance) (sglang_obs_up{{{e}}}) == 0
 or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)""",  # noqa: E501
-        "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
-        "the exporter still reaches the API, is SGLangMetricsMissing, not this.",
-        severity="critical", for_="30s", summary="SGLang server is not answering.",
-        description="{{ $labels.instance }} has not answered for 30 seconds (state "
-                    "unavailable): requests to it fail.")
-    avail.alert(
-        "SGLangMetricsMissing",
-        f"""
+            "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
+            "the exporter still reaches the API, is SGLangMetricsMissing, not this.",
+            severity="critical", for_="30s", summary="SGLang server is not answering.",
+            description="{{ $labels.instance }} has not answered for 30 seconds (state "
+                        "unavailable): requests to it fail.",
+            fires_when="the exporter's poll gets no answer from any endpoint "
+                       f"(`sglang_obs_up == 0`), or Prometheus cannot scrape the server "
+                       f"(`up{{{s}}} == 0`) while no exporter reaches it either"),
+        Alert(
+            "SGLangMetricsMissing",
+            f"""
 (max by (instance) (up{{{s}}}) == 0 and on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)
 or (max by (instance) (up{{{s}}}) == 1
     unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}}))""",  # noqa: E501
-        "The API answers but /metrics fails (--enable-metrics off: 404) or has no scheduler "
-        "series (sglang_* names not renamed back, see prometheus.yml).",
-        severity="warning", for_="10m", summary="SGLang is up but exposes no scheduler metrics.",
-        description="{{ $labels.instance }} serves requests but Prometheus gets no "
-                    "sglang:num_running_reqs from it: metrics disabled or a spelling mismatch.")
-    avail.alert(
-        "SGLangContainerRestarting",
-        f"increase(sglang_obs_container_restarts_total{{{e}}}[15m]) >= "
-        f"{a['container_restarts_in_15m']}",
-        "A restart loop: the container keeps dying and coming back.",
-        severity="critical", for_="0m", summary="SGLang container is restarting repeatedly.",
-        description="Container {{ $labels.container }} ({{ $labels.instance }}) restarted "
-                    "{{ $value | humanize }} times in 15 minutes (state unavailable between "
-                    "restarts).")
-    avail.alert(
-        "SGLangOOMKilled",
-        f"increase(sglang_obs_container_oom_kills_total{{{e}}}[15m]) > 0",
-        "The kernel killed the container for host memory (not GPU memory).",
-        severity="critical", for_="0m", summary="SGLang container was OOM-killed.",
-        description="Container {{ $labels.container }} ({{ $labels.instance }}) was killed "
-                    "for running out of host memory {{ $value | humanize }} times in 15 "
-                    "minutes.")
-    avail.alert(
-        "SGLangExporterDown",
-        f"up{{{e}}} == 0 or absent(up{{{e}}})",
-        "Without the exporter the derived signals and GPU and container metrics are gone.",
-        severity="critical", for_="2m", summary="The sglang-obs exporter is down.",
-        description="Prometheus cannot scrape the exporter{{ with $labels.instance }} {{ . }}"
-                    "{{ end }}: derived SGLang, GPU and container metrics are missing.")
-    avail.alert(
-        "SGLangExporterCollectorFailing",
-        f"sglang_obs_collector_success{{{e}}} == 0",
-        "A collector raised while rendering: its series are missing from every scrape.",
-        severity="warning", for_="5m", summary="An exporter collector is failing.",
-        description="Collector {{ $labels.collector }} on {{ $labels.instance }} has failed "
-                    "for 5 minutes; its series are missing.")
+            "The API answers but /metrics fails (--enable-metrics off: 404) or has no scheduler "
+            "series (sglang_* names not renamed back, see prometheus.yml).",
+            severity="warning", for_="10m",
+            summary="SGLang is up but exposes no scheduler metrics.",
+            description="{{ $labels.instance }} serves requests but Prometheus gets no "
+                        "sglang:num_running_reqs from it: metrics disabled or a spelling mismatch.",
+            fires_when=f"the scrape fails while the exporter still reaches the API "
+                       f"(`up{{{s}}} == 0` and `sglang_obs_up == 1`), or the scrape succeeds "
+                       "but has no `sglang:num_running_reqs` or `sglang:num_queue_reqs` series "
+                       "for the instance"),
+        Alert(
+            "SGLangContainerRestarting",
+            f"increase(sglang_obs_container_restarts_total{{{e}}}[15m]) >= {restarts}",
+            "A restart loop: the container keeps dying and coming back.",
+            severity="critical", for_="0m", summary="SGLang container is restarting repeatedly.",
+            description="Container {{ $labels.container }} ({{ $labels.instance }}) restarted "
+                        "{{ $value | humanize }} times in 15 minutes (state unavailable between "
+                        "restarts).",
+            fires_when=f"the container restarted at least {restarts} times in 15 minutes "
+                       f"(`increase(sglang_obs_container_restarts_total[15m]) >= {restarts}`)"),
+        Alert(
+            "SGLangOOMKilled",
+            f"increase(sglang_obs_container_oom_kills_total{{{e}}}[15m]) > 0",
+            "The kernel killed the container for host memory (not GPU memory).",
+            severity="critical", for_="0m", summary="SGLang container was OOM-killed.",
+            description="Container {{ $labels.container }} ({{ $labels.instance }}) was killed "
+                        "for running out of host memory {{ $value | humanize }} times in 15 "
+                        "minutes.",
+            fires_when="the kernel killed a process of the container in the last 15 minutes "
+                       "(`increase(sglang_obs_container_oom_kills_total[15m]) > 0`)"),
+        Alert(
+            "SGLangExporterDown",
+            f"up{{{e}}} == 0 or absent(up{{{e}}})",
+            "Without the exporter the derived signals and GPU and container metrics are gone.",
+            severity="critical", for_="2m", summary="The sglang-obs exporter is down.",
+            description="Prometheus cannot scrape the exporter{{ with $labels.instance }} {{ . }}"
+                        "{{ end }}: derived SGLang, GPU and container metrics are missing.",
+            fires_when=f"Prometheus cannot scrape the exporter (`up{{{e}}} == 0`), or has no "
+                       f"such target at all (`absent(up{{{e}}})`)"),
+        Alert(
+            "SGLangExporterCollectorFailing",
+            f"sglang_obs_collector_success{{{e}}} == 0",
+            "A collector raised while rendering: its series are missing from every scrape.",
+            severity="warning", for_="5m", summary="An exporter collector is failing.",
+            description="Collector {{ $labels.collector }} on {{ $labels.instance }} has failed "
+                        "for 5 minutes; its series are missing.",
+            fires_when="a collector raised while rendering "
+                       "(`sglang_obs_collector_success{collector=\"…\"} == 0`)"),
+    )
 
-    sat = Group("sglang-saturation.alerts")
-    sat.alert(
-        "SGLangPrefillBacklog",
-        f"instance:sglang_prefill_backlog_tokens:max and on (instance) "
-        f"(instance:sglang_state:code == {code('prefill_backlog')})",
-        "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains them.",
-        severity="warning", for_="1m", summary="SGLang prefill backlog is building up.",
-        keep_firing_for=KEEP_FIRING,
-        description="{{ $labels.instance }} is in state prefill_backlog: {{ $value | humanize }} "
-                    "prompt tokens wait to be prefilled while requests queue.",
-        dashboard="sglang-overview")
-    sat.alert(
-        "SGLangDecodeContention",
-        f"instance:sglang_decode_speed_per_request:max and on (instance) "
-        f"(instance:sglang_state:code == {code('decode_contention')})",
-        "State decode_contention: too many long requests decode at once; each one is slow. "
-        "Decode speed and running come from the exporter's 1 s polls, so 1m is enough.",
-        severity="warning", for_="1m", summary="SGLang requests are slowed by decode contention.",
-        keep_firing_for=KEEP_FIRING,
-        description="{{ $labels.instance }} is in state decode_contention: each request decodes "
-                    "at {{ $value | humanize }} tokens/s, well below its usual speed.")
-    sat.alert(
-        "SGLangKVCachePressure",
-        f"instance:sglang_kv_occupancy:ratio and on (instance) "
-        f"(instance:sglang_state:code == {code('kv_capacity')})",
-        "State kv_capacity: the KV pool is full; requests are retracted or wait for memory.",
-        severity="warning", for_="2m", summary="SGLang KV cache pool is out of room.",
-        keep_firing_for=KEEP_FIRING,
-        description="{{ $labels.instance }} is in state kv_capacity: the KV pool is "
-                    "{{ $value | humanizePercentage }} used, or requests were retracted in the "
-                    "last 5 minutes.")
-    sat.alert(
-        "SGLangRequestsRetracted",
-        "instance:sglang_retractions:increase5m > 0",
-        "Retraction (SGLang's preemption) throws away decode work: the pool ran out.",
-        severity="warning", for_="1m", summary="SGLang is retracting requests.",
-        description="{{ $labels.instance }} retracted {{ $value | humanize }} requests in 5 "
-                    "minutes (state kv_capacity): the KV pool ran out during decode.")
-    sat.alert(
-        "SGLangSchedulingBottleneck",
-        f"instance:sglang_queue_nonempty_duration_seconds:max and on (instance) "
-        f"(instance:sglang_state:code == {code('scheduling_bottleneck')})",
-        "State scheduling_bottleneck: requests wait for a running slot while memory is free.",
-        severity="warning", for_="2m", summary="SGLang requests queue while capacity is free.",
-        keep_firing_for=KEEP_FIRING,
-        description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
-                    "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
-                    "from full.")
-    sat.alert(
-        "SGLangLongQueueing",
-        f"instance:sglang_queue_nonempty_duration_seconds:max >= {a['long_queueing_seconds']}",
-        "The signal is itself a duration (the queue has been non-empty that long), so the rule "
-        "needs no for:. A symptom: the state alerts name the cause.",
-        severity="warning", for_="0m", summary="SGLang requests have been queueing for long.",
-        description="{{ $labels.instance }}: the waiting queue has been continuously "
-                    "non-empty for {{ $value | humanizeDuration }}.")
 
-    slo = Group("sglang-slo.alerts")
+def saturation_alerts(t: dict) -> tuple[Alert, ...]:
+    a = t["alerts"]
+    meaning = {k.state: k.meaning for k in state_classes(t)}
+
+    def in_state(state: str) -> str:
+        return f"the server is in state `{state}`: {meaning[state]}"
+
+    def state_expr(signal: str, state: str) -> str:
+        # The signal as the value, so the description can quote it.
+        return f"{signal} and on (instance) (instance:sglang_state:code == {STATES.index(state)})"
+
+    return (
+        Alert(
+            "SGLangPrefillBacklog",
+            state_expr("instance:sglang_prefill_backlog_tokens:max", "prefill_backlog"),
+            "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains "
+            "them.",
+            severity="warning", for_="1m", summary="SGLang prefill backlog is building up.",
+            keep_firing_for=KEEP_FIRING,
+            description="{{ $labels.instance }} is in state prefill_backlog: "
+                        "{{ $value | humanize }} prompt tokens wait to be prefilled while "
+                        "requests queue.",
+            fires_when=in_state("prefill_backlog")),
+        Alert(
+            "SGLangDecodeContention",
+            state_expr("instance:sglang_decode_speed_per_request:max", "decode_contention"),
+            "State decode_contention: too many long requests decode at once; each one is slow. "
+            "Decode speed and running come from the exporter's 1 s polls, so 1m is enough.",
+            severity="warning", for_="1m",
+            summary="SGLang requests are slowed by decode contention.",
+            keep_firing_for=KEEP_FIRING,
+            description="{{ $labels.instance }} is in state decode_contention: each request "
+                        "decodes at {{ $value | humanize }} tokens/s, well below its usual speed.",
+            fires_when=in_state("decode_contention")),
+        Alert(
+            "SGLangKVCachePressure",
+            state_expr("instance:sglang_kv_occupancy:ratio", "kv_capacity"),
+            "State kv_capacity: the KV pool is full; requests are retracted or wait for memory.",
+            severity="warning", for_="2m", summary="SGLang KV cache pool is out of room.",
+            keep_firing_for=KEEP_FIRING,
+            description="{{ $labels.instance }} is in state kv_capacity: the KV pool is "
+                        "{{ $value | humanizePercentage }} used, or requests were retracted in "
+                        "the last 5 minutes.",
+            fires_when=in_state("kv_capacity")),
+        Alert(
+            "SGLangRequestsRetracted",
+            "instance:sglang_retractions:increase5m > 0",
+            "Retraction (SGLang's preemption) throws away decode work: the pool ran out.",
+            severity="warning", for_="1m", summary="SGLang is retracting requests.",
+            description="{{ $labels.instance }} retracted {{ $value | humanize }} requests in 5 "
+                        "minutes (state kv_capacity): the KV pool ran out during decode.",
+            fires_when="SGLang retracted at least one request in the last 5 minutes "
+                       "(`instance:sglang_retractions:increase5m > 0`)"),
+        Alert(
+            "SGLangSchedulingBottleneck",
+            state_expr("instance:sglang_queue_nonempty_duration_seconds:max",
+                       "scheduling_bottleneck"),
+            "State scheduling_bottleneck: requests wait for a running slot while memory is free.",
+            severity="warning", for_="2m", summary="SGLang requests queue while capacity is free.",
+            keep_firing_for=KEEP_FIRING,
+            description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
+                        "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
+                        "from full.",
+            fires_when=in_state("scheduling_bottleneck")
+            + ", with no prefill backlog and no decode contention (those come first)"),
+        Alert(
+            "SGLangLongQueueing",
+            "instance:sglang_queue_nonempty_duration_seconds:max >= "
+            f"{a['long_queueing_seconds']}",
+            "The signal is itself a duration (the queue has been non-empty that long), so the "
+            "rule needs no for:. A symptom: the state alerts name the cause.",
+            severity="warning", for_="0m", summary="SGLang requests have been queueing for long.",
+            description="{{ $labels.instance }}: the waiting queue has been continuously "
+                        "non-empty for {{ $value | humanizeDuration }}.",
+            fires_when="the waiting queue has been continuously non-empty for ≥ "
+                       f"{a['long_queueing_seconds']} s "
+                       "(`instance:sglang_queue_nonempty_duration_seconds:max`)"),
+    )
+
+
+def slo_alerts(t: dict) -> tuple[Alert, ...]:
+    s, a = _s(t), t["alerts"]
     floor = t["slo"]["traffic_floor_rps"]
-    for name, alert, what in (
-        ("ttft", "SGLangTTFTBudgetBurn", "of requests waited more than {t} s for the first token"),
-        ("itl", "SGLangITLBudgetBurn", "of output tokens came more than {t} s after the previous"),
-    ):
-        objective = t["slo"][name]["objective"]
-        threshold = t["slo"][name]["threshold_seconds"]
+    burns = []
+    for o in SLOS:
+        objective = t["slo"][o.key]["objective"]
+        threshold = t["slo"][o.key]["threshold_seconds"]
         allowed = round((1 - objective) * 100, 3)
         for severity, long, short, factor, for_ in BURN_RATES:
             budget = round(factor * (1 - objective), 6)
-            slo.alert(
-                alert,
+            burns.append(Alert(
+                o.alert,
                 f"""
-instance_model:sglang_{name}_slo_errors:ratio_rate{long} > {budget}
-and instance_model:sglang_{name}_slo_errors:ratio_rate{short} > {budget}
+instance_model:sglang_{o.key}_slo_errors:ratio_rate{long} > {budget}
+and instance_model:sglang_{o.key}_slo_errors:ratio_rate{short} > {budget}
 and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}""",
                 f"{factor}x burn over {long} and {short}: "
                 f"{'pages' if severity == 'critical' else 'a ticket'}; traffic floor {floor} "
                 f"req/s.",
-                severity=severity, for_=for_, labels={"slo": name, "long": long, "short": short},
-                summary=f"SGLang {name.upper()} error budget is burning too fast.",
+                severity=severity, for_=for_,
+                labels=(("slo", o.key), ("long", long), ("short", short)),
+                summary=f"SGLang {o.key.upper()} error budget is burning too fast.",
                 description="{{ $labels.instance }} ({{ $labels.model_name }}): "
                             "{{ $value | humanizePercentage }} "
-                            + what.format(t=threshold)
+                            + o.error.format(t=threshold)
                             + f" over {long}; the SLO allows {allowed:g}%.",
-                dashboard="sglang-latency")
-    slo.alert(
-        "SGLangRequestErrors",
-        f"""
+                dashboard="sglang-latency",
+                fires_when=f"the error ratio is above {budget} ({factor}× the {allowed:g} % "
+                           f"budget) over both {long} and {short}, with > {floor} req/s over "
+                           "1 h"))
+    endpoints = ", ".join(f"`{path}`" for path in SERVING_ENDPOINTS.split("|"))
+    return (
+        *burns,
+        Alert(
+            "SGLangRequestErrors",
+            f"""
 (instance_model:sglang_aborted_requests:ratio_rate5m > {a['request_error_ratio']}
   and on (instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
 or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
   and on (instance) sum by (instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
-        "Aborted or 5xx requests above the threshold, with a traffic floor.",
-        severity="warning", for_="5m", summary="SGLang requests are failing.",
-        description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests "
-                    "were aborted or answered 5xx over 5 minutes.")
-    slo.alert(
-        "SGLangCacheHitRateDrop",
-        f"""
+            "Aborted or 5xx requests above the threshold, with a traffic floor.",
+            severity="warning", for_="5m", summary="SGLang requests are failing.",
+            description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests "
+                        "were aborted or answered 5xx over 5 minutes.",
+            fires_when=f"more than {a['request_error_ratio']} of requests were aborted over 5 "
+                       "minutes (`instance_model:sglang_aborted_requests:ratio_rate5m`), or more "
+                       f"than {a['request_error_ratio']} of responses on {endpoints} were 5xx "
+                       "(`instance:sglang_http_5xx:ratio_rate5m`, SGLang 0.5.7+); both only "
+                       f"while the server handles > {a['request_error_floor_rps']} req/s"),
+        Alert(
+            "SGLangCacheHitRateDrop",
+            f"""
 instance_model:sglang_cache_hit:ratio_rate15m
   < {a['cache_hit_drop_ratio']} * instance_model:sglang_cache_hit:ratio_rate6h
 and on (instance, model_name) instance_model:sglang_cache_hit:ratio_rate6h > {a['cache_hit_baseline_min']}
 and on (instance, model_name) instance_model:sglang_prompt_tokens:rate5m > {a['cache_hit_floor_prompt_tokens_per_second']}
 unless on (instance) (max by (instance) (resets(sglang:num_requests_total{{{s}}}[1h])) > 0)""",  # noqa: E501
-        "Against the server's own 6 h baseline, with a traffic floor; a restart empties the "
-        "cache, so servers restarted in the last hour are excluded.",
-        severity="warning", for_="15m", summary="SGLang prefix-cache hit ratio dropped.",
-        description="{{ $labels.instance }} ({{ $labels.model_name }}): the prefix-cache hit "
-                    "ratio fell to {{ $value | humanizePercentage }}, under half its 6-hour "
-                    "baseline: more prefill work per request.")
+            "Against the server's own 6 h baseline, with a traffic floor; a restart empties the "
+            "cache, so servers restarted in the last hour are excluded.",
+            severity="warning", for_="15m", summary="SGLang prefix-cache hit ratio dropped.",
+            description="{{ $labels.instance }} ({{ $labels.model_name }}): the prefix-cache hit "
+                        "ratio fell to {{ $value | humanizePercentage }}, under half its 6-hour "
+                        "baseline: more prefill work per request.",
+            fires_when="the prefix-cache hit ratio over 15 minutes "
+                       "(`instance_model:sglang_cache_hit:ratio_rate15m`) is below "
+                       f"{a['cache_hit_drop_ratio']} × its own 6 h ratio, the 6 h ratio is > "
+                       f"{a['cache_hit_baseline_min']}, and the server takes > "
+                       f"{a['cache_hit_floor_prompt_tokens_per_second']} prompt tokens/s; "
+                       "servers restarted in the last hour are excluded"),
+    )
 
-    gpu = Group("gpu.alerts")
-    gpu.alert(
-        "GPULost",
-        f"""
+
+def gpu_alerts(t: dict) -> tuple[Alert, ...]:
+    e, a = _e(t), t["alerts"]
+    xids, window = a["gpu_xid_critical"], a["gpu_xid_window_seconds"]
+    reasons = a["gpu_throttle_reasons"]
+    return (
+        Alert(
+            "GPULost",
+            f"""
 sglang_obs_gpu_device_up{{{e}}} == 0
 or on (instance) (max by (instance) (sglang_obs_gpu_collector_up{{{e}}}) == 0
     and on (instance) max by (instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
-        "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also a "
-        "host whose NVML stopped working after it had GPUs in the last hour.",
-        severity="critical", for_="1m", summary="A GPU is lost.",
-        description="GPU {{ with $labels.gpu }}{{ . }}{{ else }}(all){{ end }} on "
-                    "{{ $labels.instance }} no longer answers NVML.", dashboard="sglang-gpus")
-    gpu.alert(
-        "GPUXidCritical",
-        f"time() - sglang_obs_gpu_xid_last_timestamp_seconds{{{e}, xid=~\"{a['gpu_xid_critical']}\"}}"  # noqa: E501
-        f" < {a['gpu_xid_window_seconds']}",
-        "Xid codes that mean hardware or driver failure; on the timestamp, since increase() "
-        "misses the first event of a new series.",
-        severity="critical", for_="0m", summary="A GPU reported a critical Xid error.",
-        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} reported Xid "
-                    "{{ $labels.xid }} {{ $value | humanizeDuration }} ago.",
-        dashboard="sglang-gpus")
-    gpu.alert(
-        "GPUUncorrectableECC",
-        f"increase(sglang_obs_gpu_ecc_errors_volatile_total{{{e}, type=\"uncorrected\"}}[10m]) > 0",
-        "Uncorrectable ECC errors corrupt data; the GPU needs a reset and maybe an RMA.",
-        severity="critical", for_="0m", summary="A GPU has uncorrectable ECC errors.",
-        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} counted "
-                    "{{ $value | humanize }} uncorrectable ECC errors in 10 minutes.",
-        dashboard="sglang-gpus")
-    gpu.alert(
-        "GPURowRemapFailure",
-        f"sglang_obs_gpu_remapped_rows_failure{{{e}}} == 1",
-        "NVIDIA's RMA criterion: the row remapper ran out of spare rows.",
-        severity="critical", for_="0m", summary="A GPU failed to remap a memory row.",
-        description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} "
-                    "reports a row-remapping failure.", dashboard="sglang-gpus")
-    gpu.alert(
-        "GPUThermalThrottling",
-        f"max by (instance, gpu, uuid) (sglang_obs_gpu_clock_event_active{{{e}, "
-        f"reason=~\"{a['gpu_throttle_reasons']}\"}}) == 1",
-        "Clocks held down by heat or a power brake: everything on this GPU runs slower.",
-        severity="warning", for_="5m", summary="A GPU is throttling.",
-        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} has been slowed by a "
-                    "thermal or power event for 5 minutes.", dashboard="sglang-gpus")
-    gpu.alert(
-        "GPUPCIeLinkDegraded",
-        f"""
+            "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also "
+            "a host whose NVML stopped working after it had GPUs in the last hour.",
+            severity="critical", for_="1m", summary="A GPU is lost.",
+            description="GPU {{ with $labels.gpu }}{{ . }}{{ else }}(all){{ end }} on "
+                        "{{ $labels.instance }} no longer answers NVML.", dashboard="sglang-gpus",
+            fires_when="NVML no longer reaches the GPU (`sglang_obs_gpu_device_up == 0`), or the "
+                       "whole NVML collector is down (`sglang_obs_gpu_collector_up == 0`) on a "
+                       "host that had GPUs in the last hour"),
+        Alert(
+            "GPUXidCritical",
+            f"time() - sglang_obs_gpu_xid_last_timestamp_seconds{{{e}, xid=~\"{xids}\"}}"
+            f" < {window}",
+            "Xid codes that mean hardware or driver failure; on the timestamp, since increase() "
+            "misses the first event of a new series.",
+            severity="critical", for_="0m", summary="A GPU reported a critical Xid error.",
+            description="GPU {{ $labels.gpu }} on {{ $labels.instance }} reported Xid "
+                        "{{ $labels.xid }} {{ $value | humanizeDuration }} ago.",
+            dashboard="sglang-gpus",
+            fires_when=f"a GPU reported one of the critical Xid codes {xids.replace('|', ', ')} "
+                       f"within the last {window} s (`time() - "
+                       f"sglang_obs_gpu_xid_last_timestamp_seconds{{xid=~\"{xids}\"}} < "
+                       f"{window}`); it resolves {window} s after the last event"),
+        Alert(
+            "GPUUncorrectableECC",
+            f"increase(sglang_obs_gpu_ecc_errors_volatile_total{{{e}, type=\"uncorrected\"}}[10m])"
+            " > 0",
+            "Uncorrectable ECC errors corrupt data; the GPU needs a reset and maybe an RMA.",
+            severity="critical", for_="0m", summary="A GPU has uncorrectable ECC errors.",
+            description="GPU {{ $labels.gpu }} on {{ $labels.instance }} counted "
+                        "{{ $value | humanize }} uncorrectable ECC errors in 10 minutes.",
+            dashboard="sglang-gpus",
+            fires_when="the GPU counted uncorrectable memory errors in the last 10 minutes "
+                       "(`increase(sglang_obs_gpu_ecc_errors_volatile_total"
+                       "{type=\"uncorrected\"}[10m]) > 0`)"),
+        Alert(
+            "GPURowRemapFailure",
+            f"sglang_obs_gpu_remapped_rows_failure{{{e}}} == 1",
+            "NVIDIA's RMA criterion: the row remapper ran out of spare rows.",
+            severity="critical", for_="0m", summary="A GPU failed to remap a memory row.",
+            description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} "
+                        "reports a row-remapping failure.", dashboard="sglang-gpus",
+            fires_when="the GPU reports a row-remapping failure "
+                       "(`sglang_obs_gpu_remapped_rows_failure == 1`)"),
+        Alert(
+            "GPUThermalThrottling",
+            f"max by (instance, gpu, uuid) (sglang_obs_gpu_clock_event_active{{{e}, "
+            f"reason=~\"{reasons}\"}}) == 1",
+            "Clocks held down by heat or a power brake: everything on this GPU runs slower.",
+            severity="warning", for_="5m", summary="A GPU is throttling.",
+            description="GPU {{ $labels.gpu }} on {{ $labels.instance }} has been slowed by a "
+                        "thermal or power event for 5 minutes.", dashboard="sglang-gpus",
+            fires_when="one of these clock-event reasons is active: "
+                       f"`sglang_obs_gpu_clock_event_active{{reason=~\"{reasons}\"}} == 1`"),
+        Alert(
+            "GPUPCIeLinkDegraded",
+            f"""
 (sglang_obs_gpu_pcie_link_width{{{e}}} < sglang_obs_gpu_pcie_link_width_max{{{e}}}
  or sglang_obs_gpu_pcie_link_generation{{{e}}} < sglang_obs_gpu_pcie_link_generation_max{{{e}}})
 and on (instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
-        "A link below its maximum under load (links may downshift at idle to save power).",
-        severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
-        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "
-                    "its maximum width or generation under load.", dashboard="sglang-gpus")
+            "A link below its maximum under load (links may downshift at idle to save power).",
+            severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
+            description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "
+                        "its maximum width or generation under load.", dashboard="sglang-gpus",
+            fires_when="the GPU's PCIe link runs below its maximum width "
+                       "(`sglang_obs_gpu_pcie_link_width < sglang_obs_gpu_pcie_link_width_max`) "
+                       "or generation (`sglang_obs_gpu_pcie_link_generation < …_max`) while the "
+                       "GPU is busy (`sglang_obs_gpu_utilization_ratio > "
+                       f"{a['gpu_pcie_min_utilization']}`)"),
+    )
 
-    meta = Group("meta.alerts")
-    meta.alert("Watchdog", "vector(1)",
-               "Always firing: if it stops arriving at the dead-man receiver, the alerting "
-               "pipeline is broken.", severity="none", for_="0m",
-               summary="Alerting pipeline heartbeat.",
-               description="Always firing; its absence downstream means Prometheus or "
-                           "Alertmanager is not delivering alerts.")
-    return [avail, sat, slo, gpu, meta]
+
+META_ALERTS = (
+    Alert(
+        "Watchdog", "vector(1)",
+        "Always firing: if it stops arriving at the dead-man receiver, the alerting pipeline is "
+        "broken.",
+        severity="none", for_="0m", summary="Alerting pipeline heartbeat.",
+        description="Always firing; its absence downstream means Prometheus or Alertmanager is "
+                    "not delivering alerts.",
+        fires_when="always: `vector(1)`"),
+)
+
+
+def alert_groups(t: dict) -> list[Group]:
+    return [Group("sglang-availability.alerts", "sglang.alerts.yml", availability_alerts(t)),
+            Group("sglang-saturation.alerts", "sglang.alerts.yml", saturation_alerts(t)),
+            Group("sglang-slo.alerts", "sglang.alerts.yml", slo_alerts(t)),
+            Group("gpu.alerts", "gpu.alerts.yml", gpu_alerts(t)),
+            Group("meta.alerts", "gpu.alerts.yml", META_ALERTS)]
+
+
+def alerts(t: dict) -> list[Alert]:
+    return [rule for group in alert_groups(t) for rule in group.rules]
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -477,40 +641,58 @@ def _str(dumper: yaml.SafeDumper, value: str):
 _Dumper.add_representer(str, _str)
 
 
-def render_groups(groups: list[Group], header: str) -> str:
+def runbook_anchor(alert_name: str) -> str:
+    """The runbook section of an alert: its heading is the name, so GitHub's anchor is this."""
+    return alert_name.lower()
+
+
+def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
+    """A rule as Prometheus reads it; thresholds give the alerts' runbook and dashboard links."""
+    if isinstance(rule, Record):
+        return {"record": rule.name, "expr": _clean(rule.expr)}
+    return {
+        "alert": rule.name, "expr": _clean(rule.expr), "for": rule.for_,
+        **({"keep_firing_for": rule.keep_firing_for} if rule.keep_firing_for else {}),
+        "labels": {"severity": rule.severity, **dict(rule.labels)},
+        "annotations": {
+            "summary": rule.summary,
+            "description": rule.description,
+            "runbook_url": f"{t['runbook_base']}#{runbook_anchor(rule.name)}",
+            "dashboard": f"{t['dashboard_base']}/{rule.dashboard}",
+        },
+    }
+
+
+def render_groups(groups: list[Group], header: str, t: dict) -> str:
     out = [f"# GENERATED by `make generate` from prometheus/thresholds.yml "
-           f"(sglang_obs/rules.py). {header}", "groups:"]
+           f"(sglang_obs/generate/rules.py). {header}", "groups:"]
     for group in groups:
-        out.append(f"- name: {group.name}")
-        if group.interval:
-            out.append(f"  interval: {group.interval}")
-        out.append("  rules:")
+        out += [f"- name: {group.name}", "  rules:"]
         for rule in group.rules:
             out.append(f"  # {rule.comment}")
-            text = yaml.dump([rule.body], Dumper=_Dumper, sort_keys=False, width=1000,
+            text = yaml.dump([rule_body(rule, t)], Dumper=_Dumper, sort_keys=False, width=1000,
                              allow_unicode=True)
             out += ["  " + line for line in text.rstrip("\n").splitlines()]
     return "\n".join(out) + "\n"
 
 
-def all_files(t: dict | None = None) -> dict[Path, str]:
-    t = t or load_thresholds()
-    CONFIG.clear()
-    CONFIG.update(t)
-    alerts = alert_groups(t)
-    sglang_alerts = [g for g in alerts if not g.name.startswith(("gpu", "meta"))]
-    return {
-        RULES_DIR / "sglang.rules.yml": render_groups(
-            recording_groups(t), "Recording rules: read these, not raw SGLang series."),
-        RULES_DIR / "sglang.alerts.yml": render_groups(sglang_alerts, "SGLang alerts."),
-        RULES_DIR / "gpu.alerts.yml": render_groups(
-            [g for g in alerts if g.name.startswith(("gpu", "meta"))], "GPU and meta alerts."),
-    }
+def rule_files(t: dict) -> dict[Path, str]:
+    """prometheus/rules/*.yml, each holding the groups that name it, in RULE_FILES order."""
+    groups = recording_groups(t) + alert_groups(t)
+    unknown = {g.file for g in groups} - {name for name, _ in RULE_FILES}
+    if unknown:
+        raise ValueError(f"groups name files missing from RULE_FILES: {sorted(unknown)}")
+    return {RULES_DIR / name: render_groups([g for g in groups if g.file == name], header, t)
+            for name, header in RULE_FILES}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the rule files (and, in a checkout, docs/runbooks.md's blocks); --check: compare."""
+    from sglang_obs.generate import runbooks  # noqa: PLC0415 - it reads this module's tables
+
     argv = sys.argv[1:] if argv is None else argv
-    files = all_files()
+    t = load_thresholds()
+    files = {**rule_files(t), **runbooks.files(t)}
     stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
     if "--check" in argv:
         for p in stale:
