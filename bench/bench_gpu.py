@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from sglang_obs.exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
 from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
 from sglang_obs.exporter.nvml import NvmlBackend  # noqa: E402
-from sglang_obs.exporter.web import make_app, serve  # noqa: E402
+from sglang_obs.exporter.web import Exposition, make_app, serve  # noqa: E402
 from sglang_obs.exporter.xid import XidWatcher  # noqa: E402
 
 from fake_nvml import h200_machine  # noqa: E402
@@ -40,11 +40,13 @@ def main() -> None:
         cpu.append(time.process_time() - start)
     registry = CollectorRegistry()
     registry.register(GuardedCollector([GpuCollector(sampler)]))
-    server = serve(make_app(registry, "/metrics", []), "127.0.0.1:0")
+    exposition = Exposition(registry)
+    server = serve(make_app(exposition, "/metrics", []), "127.0.0.1:0")
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     text = urllib.request.urlopen(url).read().decode()
     wall = []
     for _ in range(300):
+        exposition.changed()  # a new sample before every scrape: each one renders
         start = time.perf_counter()
         urllib.request.urlopen(url, timeout=5).read()
         wall.append(time.perf_counter() - start)

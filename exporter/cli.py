@@ -34,7 +34,7 @@ from sglang_obs.exporter.periodic import Periodic
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.process_match import ProcessServers
 from sglang_obs.exporter.targets import base_url, server_label
-from sglang_obs.exporter.web import make_app, parse_listen_address, serve
+from sglang_obs.exporter.web import Exposition, make_app, parse_listen_address, serve
 from sglang_obs.exporter.xid import XidWatcher
 
 log = logging.getLogger("sglang_obs.exporter")
@@ -255,7 +255,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def gpu_sampler(args) -> GpuSampler | None:
+def gpu_sampler(args, on_change) -> GpuSampler | None:
     nvml = None
     if args.collector_nvml_simulator_feed:
         try:
@@ -267,10 +267,10 @@ def gpu_sampler(args) -> GpuSampler | None:
     except ImportError:
         log.warning("GPU collector off: the nvidia-ml-py package is not installed")
         return None
-    xid = XidWatcher(backend.nvml)
+    xid = XidWatcher(backend.nvml, on_change=on_change)
     ports = {int(server_label(u).rsplit(":", 1)[1]): server_label(u) for u in args.sglang_url}
     return GpuSampler(backend, xid, interval=args.collector_nvml_interval,
-                      process_servers=ProcessServers(ports))
+                      process_servers=ProcessServers(ports), on_change=on_change)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,9 +292,19 @@ def main(argv: list[str] | None = None) -> int:
         max_response_bytes=args.sglang_max_response_bytes,
     )
     stop = threading.Event()
+    registry = CollectorRegistry()
+    exposition = Exposition(registry)
+    changed = exposition.changed  # every source calls it after a cycle that may change state
+
+    def then_changed(cycle):
+        return lambda: (cycle(), changed())
+
     log_stats = {server_label(target): LogStats()
                  for target, _ in args.sglang_log_file + args.sglang_log_container}
-    pollers = ([TargetPoller(u, settings, log_stats=log_stats.get(server_label(u)))
+    for stats in log_stats.values():
+        stats.subscribe(changed)
+    pollers = ([TargetPoller(u, settings, log_stats=log_stats.get(server_label(u)),
+                             on_change=changed)
                 for u in args.sglang_url] if args.collector_sglang else [])
     collectors: list = [SGLangCollector(pollers)] if args.collector_sglang else []
     threads: list = []
@@ -303,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         follower = FileFollower(path, log_stats[server_label(target)],
                                 server=server_label(target))
         log_sources.append(follower)
-        threads.append(Periodic(f"log {path}", follower.poll, args.sglang_log_poll_interval))
+        threads.append(Periodic(f"log {path}", then_changed(follower.poll),
+                                args.sglang_log_poll_interval))
     docker = None
     if args.collector_docker and (args.docker_container or args.docker_label
                                   or args.sglang_log_container):
@@ -314,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             dict(label.partition("=")[::2] for label in args.docker_label))
         if args.docker_container or args.docker_label:
             collectors.append(ContainerCollector(source))
-            threads.append(Periodic("docker", source.poll, args.docker_poll_interval))
+            threads.append(Periodic("docker", then_changed(source.poll),
+                                    args.docker_poll_interval))
         for target, container in args.sglang_log_container:
             follower = DockerLogFollower(docker, container, log_stats[server_label(target)],
                                          server=server_label(target))
@@ -325,14 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     if log_sources:
         collectors.append(LogCollector(log_sources))
     if args.collector_nvml:
-        sampler = gpu_sampler(args)
+        sampler = gpu_sampler(args, changed)
         if sampler is not None:
             collectors.append(GpuCollector(sampler))
             threads.append(sampler)
 
-    registry = CollectorRegistry()
     registry.register(GuardedCollector(collectors))
-    app = make_app(registry, args.web_telemetry_path, [p.base_url for p in pollers])
+    app = make_app(exposition, args.web_telemetry_path, [p.base_url for p in pollers])
     try:
         server = serve(app, args.web_listen_address)
     except OSError as err:

@@ -22,8 +22,9 @@ GPU_LOST_XID = 79  # NVML's GpuIsLost is Xid 79, "fallen off the bus"
 
 class GpuSampler:
     def __init__(self, backend: NvmlBackend, xid: XidWatcher | None = None,
-                 interval: float = 5.0, process_servers=None):
+                 interval: float = 5.0, process_servers=None, on_change=lambda: None):
         self.backend = backend
+        self._on_change = on_change  # told after each sample (the exposition re-renders)
         # pid -> SGLang server; it reads /proc, so it runs here, never on the scrape path.
         self.process_servers = process_servers or (lambda pid: "")
         self.xid = xid
@@ -65,6 +66,7 @@ class GpuSampler:
 
     def _cycle(self, stop: threading.Event) -> None:
         reading = self.sample()
+        self._on_change()
         # The watcher registers for events on the GPUs NVML lists: start it once NVML answers.
         if reading.ok and self.xid is not None and not self._xid_started:
             self.xid.start(stop)

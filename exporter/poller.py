@@ -82,6 +82,7 @@ class TargetPoller:
         wall_clock: Callable[[], float] = time.time,
         fetcher: Callable[..., Response] = fetch,
         log_stats: LogStats | None = None,
+        on_change: Callable[[], None] = lambda: None,
     ):
         self.base_url = base_url.rstrip("/")
         self.server = server_label(self.base_url)
@@ -90,6 +91,7 @@ class TargetPoller:
         self._wall = wall_clock
         self._fetch = fetcher  # the simulator's renderer polls it in-process, in simulated time
         self.log_stats = log_stats  # the server's scheduler log, where one is followed
+        self._on_change = on_change  # told after each new snapshot (the exposition re-renders)
         self._queue = QueueRunTracker()
         self._errors = {(e, r): 0 for e in ENDPOINTS for r in ERROR_REASONS}
         self._polls = 0
@@ -159,7 +161,9 @@ class TargetPoller:
                 config=self._config,
                 queue_run=self._queue.state(),
             )
-            return self.snapshot
+            snapshot = self.snapshot
+        self._on_change()
+        return snapshot
 
     def refresh_from_log(self) -> None:
         """New scheduler-log lines: fold them in now, from the last poll's answers and with no
@@ -168,6 +172,7 @@ class TargetPoller:
         with self._lock:
             if self._answers is not None:
                 self.snapshot = replace(self.snapshot, derived=self._derive())
+        self._on_change()
 
     def _derive(self) -> Derived:
         native, load = self._answers

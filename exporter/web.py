@@ -1,6 +1,10 @@
-"""HTTP side: a landing page at /, the registry at the telemetry path, and /sd/sglang.
+"""HTTP side: a landing page at /, the exposition at the telemetry path, and /sd/sglang.
 
-prometheus_client's WSGI app renders the exposition (and negotiates OpenMetrics and gzip).
+The exposition is rendered once per change of what it shows, not once per scrape: sources call
+`Exposition.changed()` after each cycle, and the next scrape renders the families once and keeps
+the bytes (text 0.0.4 and OpenMetrics, each plain and gzip-encoded on first request). Concurrent
+scrapes of the same state then cost a memory copy, and no scrape waits for a poll. The server
+runs a bounded pool of workers behind a listen backlog of 128, with a per-connection timeout.
 /sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format (built in
 targets.py), so the `sglang` scrape job targets exactly the servers the exporter polls: the URLs
 are configured once.
@@ -8,14 +12,19 @@ are configured once.
 
 from __future__ import annotations
 
+import gzip
 import html
 import logging
 import socket
 import threading
-from socketserver import ThreadingMixIn
+from concurrent.futures import ThreadPoolExecutor
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.exposition import generate_latest as render_text
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as CONTENT_TYPE_OM
+from prometheus_client.openmetrics.exposition import generate_latest as render_openmetrics
 
 from sglang_obs import __version__
 from sglang_obs.exporter.targets import service_discovery
@@ -44,8 +53,66 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def make_app(registry: CollectorRegistry, telemetry_path: str, targets: list[str]):
-    metrics_app = make_wsgi_app(registry)
+WORKERS = 16  # scrapes served at once; more wait in the listen backlog
+LISTEN_BACKLOG = 128
+CONNECTION_TIMEOUT = 10.0  # seconds a client may take to send its request or read the answer
+GZIP_LEVEL = 6  # ~the size of level 9 at a third of the CPU
+
+
+class _Families:
+    """A collected list of families, as the collector object prometheus_client's renderers take."""
+
+    def __init__(self, families):
+        self._families = families
+
+    def collect(self):
+        return self._families
+
+
+class Exposition:
+    """The registry's exposition as bytes, rendered at most once per `changed()`."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._rendered: int | None = None
+        self._bytes: dict[tuple[bool, bool], bytes] = {}
+        self._families: _Families | None = None
+
+    def changed(self) -> None:
+        """A source has new state. Cheap: the render happens at the next scrape."""
+        self._generation += 1
+
+    def body(self, openmetrics: bool, gzipped: bool) -> bytes:
+        with self._lock:  # concurrent scrapes of a new state wait for one render, not each own
+            if self._rendered != self._generation:
+                self._rendered = self._generation
+                self._bytes.clear()
+                self._families = _Families(list(self._registry.collect()))
+            key = (openmetrics, gzipped)
+            if key not in self._bytes:
+                if gzipped:
+                    plain = self._bytes.get((openmetrics, False)) or self._render(openmetrics)
+                    self._bytes[(openmetrics, False)] = plain
+                    self._bytes[key] = gzip.compress(plain, GZIP_LEVEL, mtime=0)
+                else:
+                    self._bytes[key] = self._render(openmetrics)
+            return self._bytes[key]
+
+    def _render(self, openmetrics: bool) -> bytes:
+        render = render_openmetrics if openmetrics else render_text
+        return render(self._families)
+
+
+def negotiate(accept: str, accept_encoding: str) -> tuple[bool, bool]:
+    """(OpenMetrics?, gzip?) for a scraper's Accept and Accept-Encoding headers."""
+    openmetrics = "application/openmetrics-text" in accept
+    gzipped = any(part.split(";")[0].strip() == "gzip" for part in accept_encoding.split(","))
+    return openmetrics, gzipped
+
+
+def make_app(exposition: Exposition, telemetry_path: str, targets: list[str]):
     page = LANDING.format(
         version=html.escape(__version__),
         path=html.escape(telemetry_path),
@@ -54,30 +121,78 @@ def make_app(registry: CollectorRegistry, telemetry_path: str, targets: list[str
     sd = service_discovery(targets)
 
     def app(environ, start_response):
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"),
+                                                      ("Content-Type", "text/plain")])
+            return [b"GET or HEAD only\n"]
         path = environ.get("PATH_INFO", "/")
+        headers: list[tuple[str, str]] = []
         if path == telemetry_path:
-            return metrics_app(environ, start_response)
-        if path == "/sd/sglang":
-            start_response("200 OK", [("Content-Type", "application/json")])
-            return [sd]
-        if path == "/":
-            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [page]
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"Not found. Metrics are at " + telemetry_path.encode() + b"\n"]
+            openmetrics, gzipped = negotiate(environ.get("HTTP_ACCEPT", ""),
+                                             environ.get("HTTP_ACCEPT_ENCODING", ""))
+            body = exposition.body(openmetrics, gzipped)
+            headers.append(("Content-Type",
+                            CONTENT_TYPE_OM if openmetrics else CONTENT_TYPE_PLAIN_0_0_4))
+            if gzipped:
+                headers.append(("Content-Encoding", "gzip"))
+            status = "200 OK"
+        elif path == "/sd/sglang":
+            status, body = "200 OK", sd
+            headers.append(("Content-Type", "application/json"))
+        elif path == "/":
+            status, body = "200 OK", page
+            headers.append(("Content-Type", "text/html; charset=utf-8"))
+        else:
+            status = "404 Not Found"
+            body = b"Not found. Metrics are at " + telemetry_path.encode() + b"\n"
+            headers.append(("Content-Type", "text/plain; charset=utf-8"))
+        headers.append(("Content-Length", str(len(body))))
+        start_response(status, headers)
+        return [] if method == "HEAD" else [body]
 
     return app
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class _PooledServer(WSGIServer):
+    """Requests go to a fixed pool of workers. With all of them busy the accept loop waits, and
+    new connections queue in the kernel's listen backlog instead of spawning threads."""
+
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, *args, **kwargs):
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="http")
+        self._free = threading.BoundedSemaphore(WORKERS)
+        super().__init__(*args, **kwargs)  # binds: a taken port closes the pool again
+
+    def process_request(self, request, client_address):
+        self._free.acquire()
+        self._pool.submit(self._work, request, client_address)
+
+    def _work(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._free.release()
+
+    def handle_error(self, request, client_address):  # a broken client is no traceback
+        log.debug("request from %s failed", client_address[0], exc_info=True)
+
+    def server_close(self):
+        super().server_close()
+        self._pool.shutdown(wait=False)
 
 
-class _IPv6Server(_ThreadingServer):
+class _IPv6Server(_PooledServer):
     address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT
+
     def log_message(self, format, *args):  # noqa: A002 - one access line per scrape is noise
         log.debug("%s %s", self.address_string(), format % args)
 
@@ -85,7 +200,7 @@ class _QuietHandler(WSGIRequestHandler):
 def serve(app, listen_address: str):
     """Start serving in a daemon thread; returns the server (its .server_address has the port)."""
     host, port = parse_listen_address(listen_address)
-    server_class = _IPv6Server if ":" in host else _ThreadingServer
+    server_class = _IPv6Server if ":" in host else _PooledServer
     server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()

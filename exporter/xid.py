@@ -19,8 +19,9 @@ TIMEOUT = 10  # NVML_ERROR_TIMEOUT: no event in the wait
 
 
 class XidWatcher:
-    def __init__(self, nvml: Any, wait_ms: int = 1000):
+    def __init__(self, nvml: Any, wait_ms: int = 1000, on_change=lambda: None):
         self.nvml = nvml
+        self._on_change = on_change  # told after each event (the exposition re-renders)
         self.wait_ms = wait_ms
         self.counts: dict[tuple[str, str, str], int] = {}  # (gpu, uuid, xid) -> events
         self.last_seen: dict[tuple[str, str, str], float] = {}
@@ -33,6 +34,7 @@ class XidWatcher:
         with self._lock:
             self.counts[key] = self.counts.get(key, 0) + 1
             self.last_seen[key] = time.time() if at is None else at
+        self._on_change()
 
     def snapshot(self) -> tuple[dict, dict]:
         with self._lock:

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
-from sglang_obs.exporter.web import make_app, serve
+from sglang_obs.exporter.web import Exposition, make_app, serve
 
 from conftest import ROOT
 from fake_sglang import Route
@@ -34,10 +34,12 @@ def test_shipped_scrape_config_normalises_spelling_and_joins_derived_with_native
         UNDERSCORE_METRICS,
         content_type="application/openmetrics-text; version=1.0.0; charset=utf-8; "
                      "escaping=underscores")})
-    poller = TargetPoller(sglang.url, PollSettings(interval=0.2, timeout=1.0))
     registry = CollectorRegistry()
+    exposition = Exposition(registry)
+    poller = TargetPoller(sglang.url, PollSettings(interval=0.2, timeout=1.0),
+                          on_change=exposition.changed)
     registry.register(GuardedCollector([SGLangCollector([poller])]))
-    server = serve(make_app(registry, "/metrics", [sglang.url]), "127.0.0.1:0")
+    server = serve(make_app(exposition, "/metrics", [sglang.url]), "127.0.0.1:0")
     stop = threading.Event()
     poller.start(stop)
     exporter_address = f"127.0.0.1:{server.server_address[1]}"
