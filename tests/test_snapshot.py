@@ -130,7 +130,7 @@ def test_clear_errors_for_bad_windows_and_servers(incident, tmp_path):
 
 def test_long_ranges_are_split_under_the_points_limit(incident):
     b, _, _ = incident
-    from sglang_obs.tools.snapshot import MAX_POINTS, Prometheus
+    from sglang_obs.prometheus_api import MAX_POINTS, Prometheus
 
     calls = []
     with prometheus(b.data) as url:
