@@ -1,18 +1,9 @@
 """A real Prometheus backfilled with a scenario holds its raw and its recorded series."""
 
-import json
-import urllib.parse
-import urllib.request
-
 from sglang_obs.generate.backfill import backfill, prometheus, rule_levels
 
 from conftest import require_binary
-
-
-def query(url, expr, at):
-    params = urllib.parse.urlencode({"query": expr, "time": at})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=10) as resp:
-        return json.load(resp)["data"]["result"]
+from helpers import query
 
 
 def test_rule_levels_put_every_rule_after_the_rules_it_reads():

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fake_sglang import Route
+from helpers import free_port, wait_for
 
 EXPORTER = str(Path(sys.executable).parent / "sglang-exporter")
 METRICS = (
@@ -24,12 +25,6 @@ METRICS = (
 LOADS = (b'{"loads": [{"dp_rank": 0, "num_running_reqs": 7, "num_waiting_reqs": 2, '
          b'"num_waiting_uncached_tokens": 9000, "num_used_tokens": 1000, '
          b'"max_total_num_tokens": 4000, "max_running_requests": 28}]}')
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port):
@@ -44,16 +39,6 @@ def scrape(port):
 
 def value(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))))
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    return predicate()
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@ with simulator scenarios (raw and recorded series, as if it had watched them hap
 
 import json
 import math
-import urllib.parse
-import urllib.request
 
 import pytest
 
@@ -12,6 +10,7 @@ from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.generate.render_dashboard import panels, substitute
 
 from conftest import ROOT, require_binary
+from helpers import query_range
 
 DASHBOARDS = sorted((ROOT / "grafana/dashboards").glob("*.json"))
 # Panels that count events the seed 000 incident does not have; each is shown non-empty by the
@@ -26,14 +25,6 @@ EVENT_ONLY = {
 NOT_SIMULATED = {
     "by SGLang server": "per-process GPU memory is opt-in (--collector.nvml.processes)",
 }
-
-
-def query_range(url, expr, start, end):
-    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": 60})
-    with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=60) as resp:
-        body = json.load(resp)
-    assert body["status"] == "success", (expr, body)
-    return body["data"]["result"]
 
 
 def has_data(result):
@@ -71,7 +62,7 @@ def results(servers):
             for param in targets():
                 _, _, expr = param.values
                 out[(name, expr)] = has_data(
-                    query_range(url, substitute(expr, b.end - b.start), b.start, b.end))
+                    query_range(url, substitute(expr, b.end - b.start), b.start, b.end, step=60))
     return out
 
 

@@ -12,7 +12,7 @@ from sglang_obs.exporter.web import make_app, serve
 
 from conftest import ROOT
 from fake_sglang import Route
-from prometheus_server import running_prometheus, wait_query
+from helpers import running_prometheus, wait_query
 
 UNDERSCORE_METRICS = (
     b"# HELP sglang:num_running_reqs The number of running requests.\n"

@@ -21,7 +21,7 @@ from sglang_obs.simulator.server import SimServer
 from sglang_obs.simulator.simulation import Simulation
 
 from conftest import ROOT
-from prometheus_server import running_prometheus, wait_query
+from helpers import running_prometheus, wait_query
 
 OM = "application/openmetrics-text; version=1.0.0"
 

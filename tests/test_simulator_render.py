@@ -11,7 +11,7 @@ import yaml
 from sglang_obs.simulator import docs
 
 from conftest import ROOT, require_binary
-from prometheus_server import running_prometheus, wait_query
+from helpers import running_prometheus, wait_query
 
 SIM = str(Path(sys.executable).parent / "sglang-sim")
 

@@ -12,6 +12,7 @@ from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools.snapshot import CSV_HEADER, parse_time
 
 from conftest import ROOT, require_binary
+from helpers import assert_matches_golden
 
 EXE = str(Path(sys.executable).parent / "sglang-obs")
 GOLDEN_HEADER = ROOT / "tests/fixtures/snapshot_header.csv"
@@ -75,9 +76,9 @@ def test_csv_header_and_json_schema_match_the_golden_files(incident, request):
     _, out, _ = incident
     header = (out / "series.csv").read_text().splitlines()[0]
     found = sorted(keys(json.loads((out / "summary.json").read_text())))
-    if request.config.getoption("--update-golden"):
-        GOLDEN_HEADER.write_text(header + "\n")
-        GOLDEN_KEYS.write_text(json.dumps(found, indent=1) + "\n")
+    assert_matches_golden(request, GOLDEN_HEADER, header + "\n", "series.csv header")
+    assert_matches_golden(request, GOLDEN_KEYS, json.dumps(found, indent=1) + "\n",
+                          "summary.json schema")
     assert header == GOLDEN_HEADER.read_text().strip() == ",".join(CSV_HEADER)
     assert found == json.loads(GOLDEN_KEYS.read_text())
     rows = (out / "series.csv").read_text().splitlines()[1:]
