@@ -1,10 +1,12 @@
 """The tests' shared helpers, one copy each: ports, waiting, a real Prometheus and queries to it
-(through the project's own client, sglang_obs.prometheus_api), and golden files."""
+(through the project's own client, sglang_obs.prometheus_api), golden files, and simulator
+renders computed once per test session."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import socket
 import time
 from collections.abc import Callable
@@ -13,6 +15,8 @@ from typing import TypeVar
 
 from sglang_obs.generate.backfill import prometheus
 from sglang_obs.prometheus_api import Prometheus
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.render import Rendered, render
 
 from conftest import require_binary
 
@@ -73,3 +77,23 @@ def assert_matches_golden(request, golden: Path, actual: str, what: str) -> None
     diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
                                         "golden", "actual"))
     assert not diff, f"{what} changed (pytest --update-golden to accept):\n{diff}"
+
+
+# -- simulator renders, once per session ---------------------------------------------------
+RENDERS: list[tuple] = []  # the renders computed (not answered from the cache), in order
+
+
+def rendered(name: str, release: str | None = None, start: float = 0.0, step: float = 15.0,
+             poll_interval: float = 5.0) -> Rendered:
+    """sglang_obs.simulator.render.render of the shipped scenario `name`, computed once per
+    test session for each (scenario, parameters); callers must not change what it returns."""
+    release = release or scenarios.load(name).release  # None is the scenario's own release
+    return _rendered(name, release, float(start), float(step), float(poll_interval))
+
+
+@functools.cache
+def _rendered(name: str, release: str, start: float, step: float,
+              poll_interval: float) -> Rendered:
+    RENDERS.append((name, release, start, step, poll_interval))
+    return render(scenarios.load(name), release, start=start, step=step,
+                  poll_interval=poll_interval)

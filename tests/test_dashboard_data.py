@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.generate.render_dashboard import panels, substitute
 
-from conftest import ROOT, require_binary
+from conftest import ROOT
 from helpers import query_range
 
 DASHBOARDS = sorted((ROOT / "grafana/dashboards").glob("*.json"))
@@ -31,16 +30,9 @@ def has_data(result):
     return any(not math.isnan(float(v)) for series in result for _, v in series["values"])
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    require_binary("promtool")
-    require_binary("prometheus")
-    out = {}
-    # 0.5.23: the newest release, so release-gated panels (scheduler busy share) have data.
-    for name in ("long-context-incident", *sorted(set(EVENT_ONLY.values()))):
-        b = backfill(name, tmp_path_factory.mktemp(name) / "data", release="0.5.23")
-        out[name] = b
-    return out
+# 0.5.23: the newest release, so release-gated panels (scheduler busy share) have data.
+SCENARIOS = ("long-context-incident", *sorted(set(EVENT_ONLY.values())))
+RELEASE = "0.5.23"
 
 
 def targets():
@@ -54,15 +46,15 @@ def targets():
 
 
 @pytest.fixture(scope="module")
-def results(servers):
-    """Every target on every scenario, one Prometheus start per scenario."""
+def results(backfilled):
+    """Every target on every scenario, one backfilled Prometheus per scenario."""
     out = {}
-    for name, b in servers.items():
-        with prometheus(b.data) as url:
-            for param in targets():
-                _, _, expr = param.values
-                out[(name, expr)] = has_data(
-                    query_range(url, substitute(expr, b.end - b.start), b.start, b.end, step=60))
+    for name in SCENARIOS:
+        b, url = backfilled(name, release=RELEASE)
+        for param in targets():
+            _, _, expr = param.values
+            out[(name, expr)] = has_data(
+                query_range(url, substitute(expr, b.end - b.start), b.start, b.end, step=60))
     return out
 
 

@@ -13,6 +13,7 @@ from sglang_obs.generate import detection, rules
 from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary
+from helpers import rendered
 
 
 def test_rule_files_are_generated_from_thresholds_yml():
@@ -46,7 +47,9 @@ def test_state_codes_are_the_documented_order():
 @pytest.fixture(scope="module")
 def detections():
     require_binary("promtool")
-    return [detection.detect(name) for name in detection.scenarios.available()]
+    # The same renders as the ground-truth checks of test_simulator_scenarios.py: done once.
+    return [detection.detect(name, rendered(name, step=detection.STEP, poll_interval=5.0))
+            for name in detection.scenarios.available()]
 
 
 def test_detection_table_is_current(detections):

@@ -8,20 +8,20 @@ kv_capacity: the KV pool is (nearly) full and requests are retracted; scheduling
 requests queue while the KV pool is far from full and running sits at its limit.
 """
 
-import functools
 import statistics
 
 import pytest
 
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.simulator.render import render
+
+from helpers import rendered as rendered_with
 
 STEP = 15.0
 
 
-@functools.cache
 def rendered(name):
-    return render(scenarios.load(name), step=STEP, poll_interval=5.0)
+    """The session's one render of `name` at this step (shared with the detection table)."""
+    return rendered_with(name, step=STEP, poll_interval=5.0)
 
 
 def window(r, values, truth):
