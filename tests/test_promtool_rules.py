@@ -10,6 +10,7 @@
   for:, counters only under rate/increase/resets, histogram_quantile aggregations keep `le`.
 """
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -46,6 +47,7 @@ ZERO_FOR_ALLOWED = {
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}
 
 
+@functools.cache  # parsed once per session; callers only read it
 def _load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
