@@ -119,6 +119,7 @@ def test_cause_silences_symptoms_on_the_same_server_only(live):
     assert s[("GPUThermalThrottling", "h:9840", "1", "warning")]["state"] == "active"
 
 
+@pytest.mark.slow  # waits for deliveries, then 2 s more
 def test_notifications_reach_the_sink_by_severity_and_watchdog_reaches_the_deadman(live):
     url, sink = live
     post(url,

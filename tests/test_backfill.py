@@ -1,5 +1,7 @@
 """A real Prometheus backfilled with a scenario holds its raw and its recorded series."""
 
+import pytest
+
 from sglang_obs.generate.backfill import rule_levels
 
 from helpers import query
@@ -17,6 +19,7 @@ def test_rule_levels_put_every_rule_after_the_rules_it_reads():
     assert [r["record"] for r in levels[-1]] == ["instance:sglang_state:class"]
 
 
+@pytest.mark.slow
 def test_backfilled_incident_shows_its_classes_and_peaks(backfilled):
     b, url = backfilled("long-context-incident")
     window = f"{int(b.end - b.start)}s"

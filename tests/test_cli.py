@@ -165,6 +165,7 @@ def test_port_in_use_exits_1_with_a_clear_message():
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
 
+@pytest.mark.slow  # waits through ten GPU sampling cycles
 def test_without_a_gpu_the_exporter_serves_sglang_and_says_once_that_gpus_are_off(
     fake_sglang, run_exporter
 ):
@@ -185,6 +186,7 @@ def test_without_a_gpu_the_exporter_serves_sglang_and_says_once_that_gpus_are_of
     assert output.count("GPU collector down") == 1, output
 
 
+@pytest.mark.slow  # a simulated server and the exporter reading its GPU feed
 def test_demo_gpu_feed_shows_the_scenarios_throttle_and_xid(run_exporter):
     from sglang_obs.simulator import scenario as scenarios
     from sglang_obs.simulator.server import SimServer

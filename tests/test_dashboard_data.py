@@ -58,6 +58,7 @@ def results(backfilled):
     return out
 
 
+@pytest.mark.slow  # backfills four scenarios into real Prometheus TSDBs
 @pytest.mark.parametrize(("dashboard", "title", "expr"), list(targets()))
 def test_every_panel_shows_data_on_the_seed_000_incident(results, dashboard, title, expr):
     reason = next((r for key, r in NOT_SIMULATED.items() if key in title), None)

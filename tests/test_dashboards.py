@@ -433,6 +433,7 @@ def test_metric_names_exist():
     assert not unknown, "metrics no code or rule defines:\n" + "\n".join(unknown)
 
 
+@pytest.mark.slow  # renders the seed 000 incident
 def test_sglang_allow_list_is_exposed_and_used():
     used = {name for _, expr in _all_exprs() for name in metric_names(expr)
             if name.startswith("sglang:")}

@@ -17,6 +17,8 @@ from sglang_obs.tools.stack import NativeStack
 from conftest import ROOT, require_binary
 from helpers import wait_for
 
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
 INCIDENT, HEALTHY = "sglang-sim-0", "sglang-sim-1"
 
 

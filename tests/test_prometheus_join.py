@@ -4,6 +4,7 @@ spelling the server used, and derived series join them on (instance, model_name)
 import re
 import threading
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
@@ -26,6 +27,7 @@ UNDERSCORE_METRICS = (
 )
 
 
+@pytest.mark.slow  # a real Prometheus scraping until the series are there
 def test_shipped_scrape_config_normalises_spelling_and_joins_derived_with_native(
     fake_sglang, tmp_path
 ):

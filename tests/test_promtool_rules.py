@@ -96,6 +96,7 @@ def test_promtool_check_rules():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # promtool evaluates every rule over each file's series: 15-60 s a file
 @pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda path: path.name)
 def test_promtool_unit_tests(test_file):
     promtool = require_binary("promtool")

@@ -52,11 +52,13 @@ def detections():
             for name in detection.scenarios.available()]
 
 
+@pytest.mark.slow  # `detections`: every scenario rendered and evaluated by promtool (minutes)
 def test_detection_table_is_current(detections):
     assert detection.markdown(detections) == (ROOT / "docs/detection.md").read_text(), (
         "docs/detection.md is stale: run make generate")
 
 
+@pytest.mark.slow
 def test_every_fault_is_paged_with_its_class_within_three_minutes(detections):
     checked = 0
     for d in detections:
@@ -69,6 +71,7 @@ def test_every_fault_is_paged_with_its_class_within_three_minutes(detections):
     assert checked >= 8
 
 
+@pytest.mark.slow
 def test_healthy_and_idle_windows_fire_nothing(detections):
     quiet = [(d.scenario, t.cls, d.per_window[i]) for d in detections
              for i, t in enumerate(d.truth) if t.cls in detection.QUIET_CLASSES]

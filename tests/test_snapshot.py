@@ -15,6 +15,8 @@ from conftest import ROOT
 from helpers import assert_matches_golden
 
 EXE = str(Path(sys.executable).parent / "sglang-obs")
+pytestmark = pytest.mark.slow  # every test reads a backfilled Prometheus or runs the CLI on one
+
 GOLDEN_HEADER = ROOT / "tests/fixtures/snapshot_header.csv"
 GOLDEN_KEYS = ROOT / "tests/fixtures/snapshot_summary_keys.json"
 
