@@ -1,13 +1,18 @@
-# Three verbs: generate (derived files), test (sets itself up on a fresh machine), bench.
+# Verbs: generate (derived files), test (the whole suite; sets itself up on a fresh machine),
+# check (lint and the fast tests: no `slow` or `e2e` marker, under two minutes), bench.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: test generate bench
+.PHONY: test check generate bench
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
 	$(PY) -m pytest
+
+check: $(VENV)/.installed
+	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
+	$(PY) -m pytest -q -m "not slow and not e2e"
 
 generate: $(VENV)/.installed
 	$(PY) -m sglang_obs.exporter.catalogue > docs/metrics.md

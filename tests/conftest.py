@@ -11,6 +11,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
 from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
+from sglang_obs.generate.backfill import backfill, prometheus  # noqa: E402
+from sglang_obs.simulator import scenario as scenarios  # noqa: E402
 
 from fake_sglang import FakeSGLang  # noqa: E402
 
@@ -60,3 +62,24 @@ def make_registry():
         return registry, pollers
 
     return make
+
+
+@pytest.fixture(scope="session")
+def backfilled(tmp_path_factory):
+    """backfilled(name, release=None) -> (Backfilled, url): the shipped scenario `name` rendered
+    as `release` (default: the scenario's own), backfilled with the recording rules and served
+    by a real Prometheus; done once per test session for each (scenario, release), the
+    Prometheus kept until the session ends. Callers only query it."""
+    served = {}
+    with contextlib.ExitStack() as stack:
+
+        def get(name, release=None):
+            require_binary("promtool")
+            require_binary("prometheus")
+            key = (name, release or scenarios.load(name).release)
+            if key not in served:
+                b = backfill(name, tmp_path_factory.mktemp(name) / "data", release=key[1])
+                served[key] = (b, stack.enter_context(prometheus(b.data)))
+            return served[key]
+
+        yield get

@@ -14,7 +14,7 @@ import yaml
 from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary
-from prometheus_server import free_port
+from helpers import free_port, wait_for
 
 CONFIG = ROOT / "alertmanager" / "alertmanager.yml"
 
@@ -90,15 +90,6 @@ def states(url):
              .get("gpu", ""), a["labels"]["severity"]): a["status"] for a in alerts}
 
 
-def wait_for(predicate, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_cause_silences_symptoms_on_the_same_server_only(live):
     url, _ = live
     post(url,
@@ -114,9 +105,9 @@ def test_cause_silences_symptoms_on_the_same_server_only(live):
           "gpu": "0"},
          {"alertname": "GPUThermalThrottling", "severity": "warning", "instance": "h:9840",
           "gpu": "1"})
-    assert wait_for(lambda: len(states(url)) == 9)
+    assert wait_for(lambda: len(states(url)) == 9, 15, interval=0.2)
     assert wait_for(lambda: states(url)[("SGLangPrefillBacklog", "a:30000", "", "warning")][
-        "state"] == "suppressed")
+        "state"] == "suppressed", 15, interval=0.2)
     s = states(url)
     assert s[("SGLangPrefillBacklog", "a:30000", "", "warning")]["inhibitedBy"]
     assert s[("SGLangTTFTBudgetBurn", "a:30000", "", "critical")]["state"] == "suppressed"
@@ -128,6 +119,7 @@ def test_cause_silences_symptoms_on_the_same_server_only(live):
     assert s[("GPUThermalThrottling", "h:9840", "1", "warning")]["state"] == "active"
 
 
+@pytest.mark.slow  # waits for deliveries, then 2 s more
 def test_notifications_reach_the_sink_by_severity_and_watchdog_reaches_the_deadman(live):
     url, sink = live
     post(url,
@@ -139,7 +131,7 @@ def test_notifications_reach_the_sink_by_severity_and_watchdog_reaches_the_deadm
     def delivered():
         return {(a["receiver"], a["labels"]["alertname"]) for a in sink.received}
 
-    assert wait_for(lambda: len(delivered()) >= 3)
+    assert wait_for(lambda: len(delivered()) >= 3, 15, interval=0.2)
     time.sleep(2)  # anything else that was going to arrive has arrived
     assert delivered() == {("deadman", "Watchdog"), ("pager", "SGLangServerDown"),
                            ("ticket", "SGLangPrefillBacklog")}

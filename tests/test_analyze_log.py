@@ -91,6 +91,7 @@ def truth(events):
     }
 
 
+@pytest.mark.slow  # `generated` simulates three hours
 def test_json_matches_the_known_peaks_exactly(generated):
     out, events = generated
     result = subprocess.run([EXE, "analyze-log", str(out / "sglang.log.1.gz"),
@@ -114,6 +115,7 @@ def test_json_matches_the_known_peaks_exactly(generated):
     assert len(doc["pressure_windows"]) >= 3  # the three cold bursts at least
 
 
+@pytest.mark.slow
 def test_text_report_and_per_minute_csv(generated, tmp_path):
     out, events = generated
     csv_path = tmp_path / "minutes.csv"
@@ -130,6 +132,7 @@ def test_text_report_and_per_minute_csv(generated, tmp_path):
     assert max(float(r[4]) for r in rows[1:]) == want["pending_tokens"]["value"]
 
 
+@pytest.mark.slow
 def test_every_json_field_is_documented(generated):
     out, _ = generated
     doc = json.loads(subprocess.run([EXE, "analyze-log", str(out / "sglang.log"), "--json"],

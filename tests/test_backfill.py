@@ -1,18 +1,10 @@
 """A real Prometheus backfilled with a scenario holds its raw and its recorded series."""
 
-import json
-import urllib.parse
-import urllib.request
+import pytest
 
-from sglang_obs.generate.backfill import backfill, prometheus, rule_levels
+from sglang_obs.generate.backfill import rule_levels
 
-from conftest import require_binary
-
-
-def query(url, expr, at):
-    params = urllib.parse.urlencode({"query": expr, "time": at})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=10) as resp:
-        return json.load(resp)["data"]["result"]
+from helpers import query
 
 
 def test_rule_levels_put_every_rule_after_the_rules_it_reads():
@@ -27,17 +19,15 @@ def test_rule_levels_put_every_rule_after_the_rules_it_reads():
     assert [r["record"] for r in levels[-1]] == ["instance:sglang_state:class"]
 
 
-def test_backfilled_incident_shows_its_classes_and_peaks(tmp_path):
-    require_binary("promtool")
-    require_binary("prometheus")
-    b = backfill("long-context-incident", tmp_path / "data")
+@pytest.mark.slow
+def test_backfilled_incident_shows_its_classes_and_peaks(backfilled):
+    b, url = backfilled("long-context-incident")
     window = f"{int(b.end - b.start)}s"
-    with prometheus(b.data) as url:
-        backlog = query(url, f'count_over_time(instance:sglang_state:class{{state="prefill_backlog"}}[{window}])', b.end)  # noqa: E501
-        contention = query(url, f'count_over_time(instance:sglang_state:class{{state="decode_contention"}}[{window}])', b.end)  # noqa: E501
-        pending = query(url, f"max_over_time(sglang_obs_prefill_backlog_tokens[{window}])", b.end)
-        native = query(url, f'max_over_time(sglang:num_queue_reqs{{job="sglang"}}[{window}])',
-                       b.end)
+    backlog = query(url, f'count_over_time(instance:sglang_state:class{{state="prefill_backlog"}}[{window}])', b.end)  # noqa: E501
+    contention = query(url, f'count_over_time(instance:sglang_state:class{{state="decode_contention"}}[{window}])', b.end)  # noqa: E501
+    pending = query(url, f"max_over_time(sglang_obs_prefill_backlog_tokens[{window}])", b.end)
+    native = query(url, f'max_over_time(sglang:num_queue_reqs{{job="sglang"}}[{window}])',
+                   b.end)
     assert int(backlog[0]["value"][1]) * 15 >= 60  # at least a minute of prefill backlog
     assert int(contention[0]["value"][1]) * 15 >= 60
     assert 300_000 <= float(pending[0]["value"][1]) <= 650_000

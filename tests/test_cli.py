@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fake_sglang import Route
+from helpers import free_port, wait_for
 
 EXPORTER = str(Path(sys.executable).parent / "sglang-exporter")
 METRICS = (
@@ -24,12 +25,6 @@ METRICS = (
 LOADS = (b'{"loads": [{"dp_rank": 0, "num_running_reqs": 7, "num_waiting_reqs": 2, '
          b'"num_waiting_uncached_tokens": 9000, "num_used_tokens": 1000, '
          b'"max_total_num_tokens": 4000, "max_running_requests": 28}]}')
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port):
@@ -44,16 +39,6 @@ def scrape(port):
 
 def value(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))))
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    return predicate()
 
 
 @pytest.fixture
@@ -180,6 +165,7 @@ def test_port_in_use_exits_1_with_a_clear_message():
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
 
+@pytest.mark.slow  # waits through ten GPU sampling cycles
 def test_without_a_gpu_the_exporter_serves_sglang_and_says_once_that_gpus_are_off(
     fake_sglang, run_exporter
 ):
@@ -200,6 +186,7 @@ def test_without_a_gpu_the_exporter_serves_sglang_and_says_once_that_gpus_are_of
     assert output.count("GPU collector down") == 1, output
 
 
+@pytest.mark.slow  # a simulated server and the exporter reading its GPU feed
 def test_demo_gpu_feed_shows_the_scenarios_throttle_and_xid(run_exporter):
     from sglang_obs.simulator import scenario as scenarios
     from sglang_obs.simulator.server import SimServer

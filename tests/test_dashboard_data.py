@@ -3,15 +3,13 @@ with simulator scenarios (raw and recorded series, as if it had watched them hap
 
 import json
 import math
-import urllib.parse
-import urllib.request
 
 import pytest
 
-from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.generate.render_dashboard import panels, substitute
 
-from conftest import ROOT, require_binary
+from conftest import ROOT
+from helpers import query_range
 
 DASHBOARDS = sorted((ROOT / "grafana/dashboards").glob("*.json"))
 # Panels that count events the seed 000 incident does not have; each is shown non-empty by the
@@ -28,28 +26,13 @@ NOT_SIMULATED = {
 }
 
 
-def query_range(url, expr, start, end):
-    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": 60})
-    with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=60) as resp:
-        body = json.load(resp)
-    assert body["status"] == "success", (expr, body)
-    return body["data"]["result"]
-
-
 def has_data(result):
     return any(not math.isnan(float(v)) for series in result for _, v in series["values"])
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    require_binary("promtool")
-    require_binary("prometheus")
-    out = {}
-    # 0.5.23: the newest release, so release-gated panels (scheduler busy share) have data.
-    for name in ("long-context-incident", *sorted(set(EVENT_ONLY.values()))):
-        b = backfill(name, tmp_path_factory.mktemp(name) / "data", release="0.5.23")
-        out[name] = b
-    return out
+# 0.5.23: the newest release, so release-gated panels (scheduler busy share) have data.
+SCENARIOS = ("long-context-incident", *sorted(set(EVENT_ONLY.values())))
+RELEASE = "0.5.23"
 
 
 def targets():
@@ -63,18 +46,19 @@ def targets():
 
 
 @pytest.fixture(scope="module")
-def results(servers):
-    """Every target on every scenario, one Prometheus start per scenario."""
+def results(backfilled):
+    """Every target on every scenario, one backfilled Prometheus per scenario."""
     out = {}
-    for name, b in servers.items():
-        with prometheus(b.data) as url:
-            for param in targets():
-                _, _, expr = param.values
-                out[(name, expr)] = has_data(
-                    query_range(url, substitute(expr, b.end - b.start), b.start, b.end))
+    for name in SCENARIOS:
+        b, url = backfilled(name, release=RELEASE)
+        for param in targets():
+            _, _, expr = param.values
+            out[(name, expr)] = has_data(
+                query_range(url, substitute(expr, b.end - b.start), b.start, b.end, step=60))
     return out
 
 
+@pytest.mark.slow  # backfills four scenarios into real Prometheus TSDBs
 @pytest.mark.parametrize(("dashboard", "title", "expr"), list(targets()))
 def test_every_panel_shows_data_on_the_seed_000_incident(results, dashboard, title, expr):
     reason = next((r for key, r in NOT_SIMULATED.items() if key in title), None)

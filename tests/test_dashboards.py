@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_binary
+from helpers import rendered
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
@@ -225,13 +226,10 @@ def recorded_names() -> set[str]:
 @cache
 def sglang_exposed_names() -> set[str]:
     """SGLang names in the recorded 0.5.23 exposition and in a simulator render."""
-    from sglang_obs.simulator import render, scenario
-
     names = {re.split(r"[{\s]", line, maxsplit=1)[0]
              for line in SGLANG_FIXTURE.read_text().splitlines()
              if line and not line.startswith("#")}
-    rendered = render.render(scenario.load("long-context-incident"), step=60)
-    names.update(name for name, _ in rendered.series)
+    names.update(name for name, _ in rendered("long-context-incident", step=60).series)
     return {name for name in names if name.startswith("sglang:")}
 
 
@@ -435,6 +433,7 @@ def test_metric_names_exist():
     assert not unknown, "metrics no code or rule defines:\n" + "\n".join(unknown)
 
 
+@pytest.mark.slow  # renders the seed 000 incident
 def test_sglang_allow_list_is_exposed_and_used():
     used = {name for _, expr in _all_exprs() for name in metric_names(expr)
             if name.startswith("sglang:")}

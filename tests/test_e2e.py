@@ -15,6 +15,9 @@ import pytest
 from sglang_obs.tools.stack import NativeStack
 
 from conftest import ROOT, require_binary
+from helpers import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 INCIDENT, HEALTHY = "sglang-sim-0", "sglang-sim-1"
 
@@ -39,14 +42,10 @@ def received(stack):
         return json.load(resp)
 
 
-def wait_for(stack, predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [a for a in received(stack) if predicate(a)]
-        if found:
-            return found
-        time.sleep(2)
-    return []
+def wait_received(stack, predicate, timeout):
+    """The alerts the sink received that match `predicate`, once there are any ([] if none
+    within `timeout`)."""
+    return wait_for(lambda: [a for a in received(stack) if predicate(a)], timeout, interval=2)
 
 
 def instance(stack, name):
@@ -55,7 +54,7 @@ def instance(stack, name):
 
 def test_incident_pages_prefill_backlog_to_the_ticket_queue_with_links(stack):
     incident = instance(stack, INCIDENT)
-    found = wait_for(stack, lambda a: a["labels"]["alertname"] == "SGLangPrefillBacklog"
+    found = wait_received(stack, lambda a: a["labels"]["alertname"] == "SGLangPrefillBacklog"
                      and a["status"] == "firing", timeout=240)
     assert found, received(stack)
     alert = found[0]
@@ -65,7 +64,7 @@ def test_incident_pages_prefill_backlog_to_the_ticket_queue_with_links(stack):
     assert alert["annotations"]["runbook_url"].endswith("#sglangprefillbacklog")
     assert alert["annotations"]["dashboard"].endswith("/d/sglang-overview")
     assert "prefill_backlog" in alert["annotations"]["description"]
-    assert wait_for(stack, lambda a: a["labels"]["alertname"] == "Watchdog"
+    assert wait_received(stack, lambda a: a["labels"]["alertname"] == "Watchdog"
                     and a["receiver"] == "deadman", timeout=30)
 
 
@@ -79,7 +78,7 @@ def test_killing_the_server_pages_server_down_and_silences_its_saturation_alerts
     incident = instance(stack, INCIDENT)
     stack.stop_component(INCIDENT)
     killed_at = time.monotonic()
-    found = wait_for(stack, lambda a: a["labels"]["alertname"] == "SGLangServerDown"
+    found = wait_received(stack, lambda a: a["labels"]["alertname"] == "SGLangServerDown"
                      and a["labels"]["instance"] == incident, timeout=150)
     assert found, received(stack)
     assert found[0]["receiver"] == "pager"

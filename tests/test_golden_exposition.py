@@ -1,10 +1,8 @@
 """The exporter's whole exposition for a fixed set of recorded servers, diffed against a
 committed golden file (update it with `pytest --update-golden`, and review the diff)."""
 
-import difflib
 import itertools
 import re
-import socket
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -23,6 +21,7 @@ from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from conftest import ROOT
 from fake_docker import FakeContainer, FakeDocker
 from fake_sglang import json_route, text_route
+from helpers import assert_matches_golden, free_port
 
 GOLDEN = ROOT / "tests" / "fixtures" / "exporter_golden.prom"
 # Wall-clock and timing values change every run.
@@ -65,12 +64,6 @@ SERVERS = {
 }
 
 
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def render(fake_sglang, tmp_path):
     pollers = []
     for label, routes in SERVERS.items():
@@ -80,7 +73,7 @@ def render(fake_sglang, tmp_path):
         poller = TargetPoller(server.url, PollSettings(timeout=2.0), clock=clock)
         poller.server = label
         pollers.append(poller)
-    dead = TargetPoller(f"http://127.0.0.1:{closed_port()}", PollSettings(timeout=1.0))
+    dead = TargetPoller(f"http://127.0.0.1:{free_port()}", PollSettings(timeout=1.0))
     dead.server = "sglang-dead:30000"
     pollers.append(dead)
     # The scheduler log of the 0.5.5 server (it has no backlog of its own), read from the start.
@@ -110,13 +103,7 @@ def render(fake_sglang, tmp_path):
 
 
 def test_exposition_matches_golden_file(fake_sglang, request, tmp_path):
-    actual = render(fake_sglang, tmp_path)
-    if request.config.getoption("--update-golden"):
-        GOLDEN.write_text(actual)
-    expected = GOLDEN.read_text()
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                        "golden", "actual"))
-    assert not diff, f"exposition changed (pytest --update-golden to accept):\n{diff}"
+    assert_matches_golden(request, GOLDEN, render(fake_sglang, tmp_path), "exposition")
 
 
 def test_golden_file_has_every_catalogued_metric_and_nothing_else():

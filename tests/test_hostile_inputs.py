@@ -1,7 +1,6 @@
 """Whatever a server (or something posing as one) answers, the exporter keeps serving and says
 what went wrong in its own metrics."""
 
-import socket
 import time
 
 import pytest
@@ -10,6 +9,7 @@ from prometheus_client import generate_latest
 from sglang_obs.exporter.poller import PollSettings
 
 from fake_sglang import Route
+from helpers import free_port
 
 GOOD_METRICS = (
     b"# TYPE sglang:num_running_reqs gauge\n"
@@ -31,12 +31,6 @@ def poll_and_render(registry, poller):
     text = generate_latest(registry).decode()  # must render, whatever was polled
     assert "sglang_obs_up" in text
     return text
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_should_report_connection_refused_when_nothing_listens(make_registry):

@@ -2,7 +2,6 @@
 container source against a fake Docker API."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from sglang_obs.exporter.poller import PollSettings, TargetPoller
 
 from fake_docker import FakeContainer, FakeDocker
 from fake_sglang import Route
+from helpers import free_port
 
 PREFILL = ("[2026-11-29 11:51:14 TP0] Prefill batch, #new-seq: {seq}, #new-token: {new}, "
            "#cached-token: {cached}, token usage: 0.31, #running-req: 8, #queue-req: 3, "
@@ -191,12 +191,6 @@ def test_docker_log_stream_feeds_the_same_stats():
         time.sleep(0.02)
     stop.set()
     assert stats.snapshot().pending_prefill_tokens == 200
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port):

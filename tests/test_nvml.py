@@ -7,7 +7,7 @@ with `pytest --update-golden` and review the diff).
 
 from __future__ import annotations
 
-import difflib
+import functools
 import logging
 import re
 import threading
@@ -37,6 +37,7 @@ from fake_nvml import (
     old_driver_machine,
     uuid_for,
 )
+from helpers import assert_matches_golden, wait_for
 
 GOLDEN = ROOT / "tests" / "fixtures" / "gpu_h200_golden.prom"
 NONDETERMINISTIC = re.compile(
@@ -83,13 +84,8 @@ class Rig:
         return rows[0]
 
 
-def wait_until(condition, timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return condition()
+# The shared wait, polling fast: the watcher threads here run on millisecond timings.
+wait_until = functools.partial(wait_for, timeout=2.0, interval=0.005)
 
 
 def one_gpu(**values) -> FakeNvml:
@@ -159,17 +155,10 @@ def render_h200() -> str:
 
 
 def test_h200_machine_exposition_matches_golden_file(request):
-    # Prepare
-    update = request.config.getoption("--update-golden")
     # Act
     actual = render_h200()
-    if update:
-        GOLDEN.write_text(actual)
     # Check
-    expected = GOLDEN.read_text()
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                        "golden", "actual"))
-    assert not diff, f"GPU exposition changed (pytest --update-golden to accept):\n{diff}"
+    assert_matches_golden(request, GOLDEN, actual, "GPU exposition")
 
 
 def test_gpu_golden_file_names_every_gpu_metric_of_the_catalogue_and_nothing_else():

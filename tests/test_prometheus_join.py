@@ -4,6 +4,7 @@ spelling the server used, and derived series join them on (instance, model_name)
 import re
 import threading
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
@@ -12,7 +13,7 @@ from sglang_obs.exporter.web import Exposition, make_app, serve
 
 from conftest import ROOT
 from fake_sglang import Route
-from prometheus_server import running_prometheus, wait_query
+from helpers import running_prometheus, wait_query
 
 UNDERSCORE_METRICS = (
     b"# HELP sglang:num_running_reqs The number of running requests.\n"
@@ -26,6 +27,7 @@ UNDERSCORE_METRICS = (
 )
 
 
+@pytest.mark.slow  # a real Prometheus scraping until the series are there
 def test_shipped_scrape_config_normalises_spelling_and_joins_derived_with_native(
     fake_sglang, tmp_path
 ):

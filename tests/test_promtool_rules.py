@@ -10,6 +10,7 @@
   for:, counters only under rate/increase/resets, histogram_quantile aggregations keep `le`.
 """
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -46,6 +47,7 @@ ZERO_FOR_ALLOWED = {
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}
 
 
+@functools.cache  # parsed once per session; callers only read it
 def _load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
@@ -94,6 +96,7 @@ def test_promtool_check_rules():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # promtool evaluates every rule over each file's series: 15-60 s a file
 @pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda path: path.name)
 def test_promtool_unit_tests(test_file):
     promtool = require_binary("promtool")

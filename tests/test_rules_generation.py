@@ -15,6 +15,7 @@ from sglang_obs.generate import detection, rules
 from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary
+from helpers import rendered
 
 
 def test_rule_files_are_generated_from_thresholds_yml():
@@ -129,14 +130,18 @@ def test_state_codes_are_the_documented_order():
 @pytest.fixture(scope="module")
 def detections():
     require_binary("promtool")
-    return [detection.detect(name) for name in detection.scenarios.available()]
+    # The same renders as the ground-truth checks of test_simulator_scenarios.py: done once.
+    return [detection.detect(name, rendered(name, step=detection.STEP, poll_interval=5.0))
+            for name in detection.scenarios.available()]
 
 
+@pytest.mark.slow  # `detections`: every scenario rendered and evaluated by promtool (minutes)
 def test_detection_table_is_current(detections):
     assert detection.markdown(detections) == (ROOT / "docs/detection.md").read_text(), (
         "docs/detection.md is stale: run make generate")
 
 
+@pytest.mark.slow
 def test_every_fault_is_paged_with_its_class_within_three_minutes(detections):
     checked = 0
     for d in detections:
@@ -149,6 +154,7 @@ def test_every_fault_is_paged_with_its_class_within_three_minutes(detections):
     assert checked >= 8
 
 
+@pytest.mark.slow
 def test_healthy_and_idle_windows_fire_nothing(detections):
     quiet = [(d.scenario, t.cls, d.per_window[i]) for d in detections
              for i, t in enumerate(d.truth) if t.cls in detection.QUIET_CLASSES]

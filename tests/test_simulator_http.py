@@ -21,7 +21,7 @@ from sglang_obs.simulator.server import SimServer
 from sglang_obs.simulator.simulation import Simulation
 
 from conftest import ROOT
-from prometheus_server import running_prometheus, wait_query
+from helpers import running_prometheus, wait_query
 
 OM = "application/openmetrics-text; version=1.0.0"
 
@@ -143,6 +143,7 @@ def test_the_exporter_reads_every_release_of_the_simulator(sim_server, release):
     assert sum(snap.errors.values()) == 0
 
 
+@pytest.mark.slow  # waits out a crash and the restart
 def test_crash_refuses_connections_then_the_server_comes_back(sim_server):
     # crash-restart crashes at 600 s for 90 s; serve it at 100x so this takes a second.
     sim = Simulation(scenarios.load("crash-restart"), start_ts=time.time())
@@ -225,6 +226,7 @@ def test_gpu_feed_only_when_asked_and_fake_nvml_refuses_a_real_gpu(sim_server):
     assert watcher.snapshot()[0] == {("1", nvml.nvmlDeviceGetUUID(1), "79"): 1}
 
 
+@pytest.mark.slow  # a real Prometheus scraping four simulated servers
 def test_a_real_prometheus_scrapes_every_release_profile(sim_server, tmp_path):
     """Prometheus 2.42 asks for OpenMetrics, so it gets sglang_ names; the shipped sglang job's
     relabelling turns them back into sglang: for every release."""

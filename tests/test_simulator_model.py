@@ -20,6 +20,7 @@ def walk(sim, seconds, step=1.0):
         t += step
 
 
+@pytest.mark.slow  # runs every scenario to its end, 1-4 s each
 @pytest.mark.parametrize("name", ALL)
 def test_model_never_breaks_sglang_invariants(name):
     sc = scenarios.load(name)

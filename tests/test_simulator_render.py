@@ -11,7 +11,7 @@ import yaml
 from sglang_obs.simulator import docs
 
 from conftest import ROOT, require_binary
-from prometheus_server import running_prometheus, wait_query
+from helpers import running_prometheus, wait_query
 
 SIM = str(Path(sys.executable).parent / "sglang-sim")
 
@@ -29,6 +29,7 @@ def rendered_incident(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # `rendered_incident` runs `sglang-sim render` (about 12 s)
 def test_promtool_backfills_the_openmetrics_and_prometheus_serves_it(rendered_incident,
                                                                       tmp_path):
     promtool = require_binary("promtool")
@@ -49,6 +50,7 @@ def test_promtool_backfills_the_openmetrics_and_prometheus_serves_it(rendered_in
     assert 3 <= float(native[0]["value"][1]) <= 9
 
 
+@pytest.mark.slow
 def test_promtool_accepts_the_rendered_input_series(rendered_incident, tmp_path):
     promtool = require_binary("promtool")
     doc = yaml.safe_load((rendered_incident / "long-context-incident.promtool.yml").read_text())
@@ -80,6 +82,7 @@ def test_promtool_accepts_the_rendered_input_series(rendered_incident, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_render_writes_scheduler_log_lines_of_the_release(rendered_incident):
     lines = (rendered_incident / "long-context-incident.log").read_text().splitlines()
     prefill = [ln for ln in lines if "Prefill batch" in ln]

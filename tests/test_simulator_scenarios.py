@@ -8,20 +8,20 @@ kv_capacity: the KV pool is (nearly) full and requests are retracted; scheduling
 requests queue while the KV pool is far from full and running sits at its limit.
 """
 
-import functools
 import statistics
 
 import pytest
 
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.simulator.render import render
+
+from helpers import rendered as rendered_with
 
 STEP = 15.0
 
 
-@functools.cache
 def rendered(name):
-    return render(scenarios.load(name), step=STEP, poll_interval=5.0)
+    """The session's one render of `name` at this step (shared with the detection table)."""
+    return rendered_with(name, step=STEP, poll_interval=5.0)
 
 
 def window(r, values, truth):
@@ -82,6 +82,7 @@ def evidence(name, truth):
 CASES = [(name, t) for name in scenarios.available() for t in scenarios.load(name).truth]
 
 
+@pytest.mark.slow  # renders every scenario (once per session, shared with the detection table)
 @pytest.mark.parametrize(("name", "truth"), CASES,
                          ids=[f"{n}-{t.cls}-{t.start:.0f}" for n, t in CASES])
 def test_declared_ground_truth_is_what_the_series_show(name, truth):
@@ -93,6 +94,7 @@ def test_every_class_but_healthy_has_a_scenario_that_shows_it():
     assert declared >= set(scenarios.CLASSES)
 
 
+@pytest.mark.slow  # renders the healthy scenario
 def test_a_healthy_window_does_not_pass_as_an_incident():
     healthy = scenarios.load("healthy").truth[0]
     for cls in ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck",

@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs.generate.backfill import backfill, prometheus
+from sglang_obs.prometheus_api import MAX_POINTS, Prometheus
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools.snapshot import CSV_HEADER, parse_time
 
-from conftest import ROOT, require_binary
+from conftest import ROOT
+from helpers import assert_matches_golden
 
 EXE = str(Path(sys.executable).parent / "sglang-obs")
+pytestmark = pytest.mark.slow  # every test reads a backfilled Prometheus or runs the CLI on one
+
 GOLDEN_HEADER = ROOT / "tests/fixtures/snapshot_header.csv"
 GOLDEN_KEYS = ROOT / "tests/fixtures/snapshot_summary_keys.json"
 
@@ -34,22 +37,18 @@ def keys(doc, prefix=""):
 
 
 @pytest.fixture(scope="module")
-def incident(tmp_path_factory):
-    require_binary("promtool")
-    require_binary("prometheus")
-    base = tmp_path_factory.mktemp("incident")
-    b = backfill("long-context-incident", base / "data")
-    out = base / "pack"
-    with prometheus(b.data) as url:
-        result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
-                                 "--to", str(b.end), "--out", str(out)],
-                                capture_output=True, text=True, timeout=120)
+def incident(backfilled, tmp_path_factory):
+    b, url = backfilled("long-context-incident")
+    out = tmp_path_factory.mktemp("incident") / "pack"
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.end), "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    return b, out, result.stdout
+    return b, url, out, result.stdout
 
 
 def test_seed_000_names_prefill_backlog_then_decode_contention(incident):
-    b, out, stdout = incident
+    b, _, out, stdout = incident
     summary = json.loads((out / "summary.json").read_text())
     [server] = summary["servers"].values()
     assert server["dominant"][:2] == ["prefill_backlog", "decode_contention"]
@@ -59,7 +58,7 @@ def test_seed_000_names_prefill_backlog_then_decode_contention(incident):
 
 
 def test_peaks_are_at_the_incidents_times(incident):
-    b, out, _ = incident
+    b, _, out, _ = incident
     summary = json.loads((out / "summary.json").read_text())
     [server] = summary["servers"].values()
     backlog = next(t for t in scenarios.load("long-context-incident").truth
@@ -72,12 +71,12 @@ def test_peaks_are_at_the_incidents_times(incident):
 
 
 def test_csv_header_and_json_schema_match_the_golden_files(incident, request):
-    _, out, _ = incident
+    _, _, out, _ = incident
     header = (out / "series.csv").read_text().splitlines()[0]
     found = sorted(keys(json.loads((out / "summary.json").read_text())))
-    if request.config.getoption("--update-golden"):
-        GOLDEN_HEADER.write_text(header + "\n")
-        GOLDEN_KEYS.write_text(json.dumps(found, indent=1) + "\n")
+    assert_matches_golden(request, GOLDEN_HEADER, header + "\n", "series.csv header")
+    assert_matches_golden(request, GOLDEN_KEYS, json.dumps(found, indent=1) + "\n",
+                          "summary.json schema")
     assert header == GOLDEN_HEADER.read_text().strip() == ",".join(CSV_HEADER)
     assert found == json.loads(GOLDEN_KEYS.read_text())
     rows = (out / "series.csv").read_text().splitlines()[1:]
@@ -87,57 +86,49 @@ def test_csv_header_and_json_schema_match_the_golden_files(incident, request):
 
 
 def test_charts_are_drawn_and_the_report_links_them(incident):
-    _, out, _ = incident
+    _, _, out, _ = incident
     pngs = list(out.glob("*.png"))
     assert pngs
     assert all(p.stat().st_size > 10_000 for p in pngs)
     assert all(f"]({p.name})" in (out / "report.md").read_text() for p in pngs)
 
 
-def test_a_crash_is_reported_first_as_a_fault(tmp_path):
-    require_binary("prometheus")
-    b = backfill("crash-restart", tmp_path / "data")
-    with prometheus(b.data) as url:
-        result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
-                                 "--to", str(b.end), "--out", str(tmp_path / "pack")],
-                                capture_output=True, text=True, timeout=120)
+def test_a_crash_is_reported_first_as_a_fault(backfilled, tmp_path):
+    b, url = backfilled("crash-restart")
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.end), "--out", str(tmp_path / "pack")],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "pack/report.md").read_text()
     assert "**1. Faults:** unavailable for" in report
 
 
 def test_clear_errors_for_bad_windows_and_servers(incident, tmp_path):
-    b, _, _ = incident
+    b, url, _, _ = incident
     cases = [
         (["--prometheus", "http://127.0.0.1:9", "--from", "10m ago"], "unreachable"),
         (["--from", "now", "--to", "1h ago"], "empty window"),
         (["--from", "yesterday-ish"], "cannot read time"),
+        (["--prometheus", url, "--from", str(b.start), "--to", str(b.end),
+          "--instance", "nope:1"], "unknown instance nope:1"),
+        (["--prometheus", url, "--from", "400d ago", "--to", "399d ago"], "retention"),
+        (["--prometheus", url, "--from", str(b.start - 86400 * 3),
+          "--to", str(b.start - 86400 * 2)], "no data between"),
     ]
-    with prometheus(b.data) as url:
-        cases += [
-            (["--prometheus", url, "--from", str(b.start), "--to", str(b.end),
-              "--instance", "nope:1"], "unknown instance nope:1"),
-            (["--prometheus", url, "--from", "400d ago", "--to", "399d ago"], "retention"),
-            (["--prometheus", url, "--from", str(b.start - 86400 * 3),
-              "--to", str(b.start - 86400 * 2)], "no data between"),
-        ]
-        for args, message in cases:
-            result = subprocess.run([EXE, "snapshot", *args, "--out", str(tmp_path / "x")],
-                                    capture_output=True, text=True, timeout=60)
-            assert result.returncode == 2, (args, result.stderr)
-            assert message in result.stderr, (args, result.stderr)
+    for args, message in cases:
+        result = subprocess.run([EXE, "snapshot", *args, "--out", str(tmp_path / "x")],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
 
 
 def test_long_ranges_are_split_under_the_points_limit(incident):
-    b, _, _ = incident
-    from sglang_obs.tools.snapshot import MAX_POINTS, Prometheus
-
+    b, url, _, _ = incident
     calls = []
-    with prometheus(b.data) as url:
-        prom = Prometheus(url)
-        step = (b.end - b.start) / (MAX_POINTS * 1.5)  # one query would be refused
-        series = prom.query_range("instance:sglang_state:code", b.start, b.end, step,
-                                  progress=calls.append)
+    prom = Prometheus(url)
+    step = (b.end - b.start) / (MAX_POINTS * 1.5)  # one query would be refused
+    series = prom.query_range("instance:sglang_state:code", b.start, b.end, step,
+                              progress=calls.append)
     [points] = series.values()
     assert len(calls) == 2
     assert len(points) > MAX_POINTS

@@ -158,9 +158,12 @@ def _input_series(rendered: Rendered) -> list[dict]:
     return out
 
 
-def detect(name: str) -> Detection:
+def detect(name: str, rendered: Rendered | None = None) -> Detection:
+    """Scenario `name` rendered (or as `rendered`, the same render done by the caller:
+    step STEP, poll interval 5 s, start 0) and evaluated with the shipped rule files."""
     sc = scenarios.load(name)
-    rendered = render(sc, step=STEP, poll_interval=5.0, start=0.0)
+    if rendered is None:
+        rendered = render(sc, step=STEP, poll_interval=5.0, start=0.0)
     with tempfile.TemporaryDirectory() as tmp:
         crashes = any(f.kind == "crash" for f in sc.faults)
         first, states, per_window = evaluate(rendered, list(sc.truth), Path(tmp), crashes)

@@ -11,8 +11,6 @@ import json
 import math
 import re
 import tempfile
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 from sglang_obs import config_dir
 from sglang_obs.charts import pyplot
 from sglang_obs.generate.backfill import STEP, backfill, prometheus
+from sglang_obs.prometheus_api import Prometheus
 from sglang_obs.states import STATE_COLOURS, STATES
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
@@ -49,12 +48,8 @@ def _legend(fmt: str, labels: dict[str, str]) -> str:
 
 
 def query_range(url: str, expr: str, start: float, end: float) -> list[dict]:
-    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": STEP})
-    with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=60) as resp:
-        body = json.load(resp)
-    if body.get("status") != "success":
-        raise RuntimeError(f"{expr}: {body}")
-    return body["data"]["result"]
+    """Prometheus's range result for `expr` at the backfill's step (raises PrometheusError)."""
+    return Prometheus(url, timeout=60).range_series(expr, start, end, STEP)
 
 
 def panels(dashboard: dict) -> list[dict]:

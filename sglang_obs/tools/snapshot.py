@@ -8,29 +8,26 @@ Queries Prometheus over a window and writes, into one folder:
 - report.md    a one-page summary in seed 000's order: faults first, then prefill vs decode,
                then the cause; plus PNG charts.
 Queries use the recording rules (the same state classification as alerts and dashboards) and
-are split into chunks under Prometheus's 11,000-points-per-series limit. No prompt or request
-text exists in Prometheus, so none can reach the pack.
+are split into chunks under Prometheus's 11,000-points-per-series limit by the project's one
+query client, sglang_obs.prometheus_api. No prompt or request text exists in Prometheus, so
+none can reach the pack.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_obs.charts import pyplot
+from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
 
-MAX_POINTS = 11_000
 SCHEMA_VERSION = 1
 BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
 # CSV column -> PromQL giving one series per instance.
@@ -60,7 +57,8 @@ CSV_HEADER = ["timestamp", "time", "instance", *COLUMNS, *GPU_COLUMNS]
 
 
 class SnapshotError(Exception):
-    """A problem the user can fix; the message says what."""
+    """A problem the user can fix; the message says what. A Prometheus that cannot be asked
+    (sglang_obs.prometheus_api.PrometheusError) reaches the CLI as one of these."""
 
 
 # -- time ----------------------------------------------------------------------------------
@@ -89,64 +87,6 @@ def parse_time(text: str, now: float | None = None) -> float:
 
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# -- Prometheus ------------------------------------------------------------------------------
-class Prometheus:
-    def __init__(self, url: str, timeout: float = 30.0):
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-
-    def _get(self, path: str, params: dict) -> dict:
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
-                body = json.load(resp)
-        except urllib.error.HTTPError as err:
-            detail = err.read(500).decode("utf-8", "replace")
-            raise SnapshotError(f"Prometheus at {self.url} answered {err.code}: {detail}") \
-                from None
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise SnapshotError(f"Prometheus at {self.url} is unreachable: "
-                                f"{getattr(err, 'reason', err)}") from None
-        if body.get("status") != "success":
-            raise SnapshotError(f"Prometheus query failed: {body.get('error', body)}")
-        return body["data"]
-
-    def query(self, expr: str, at: float) -> list[dict]:
-        return self._get("/api/v1/query", {"query": expr, "time": at})["result"]
-
-    def query_range(self, expr: str, start: float, end: float, step: float,
-                    progress=None) -> dict[tuple, dict[float, float]]:
-        """{label tuple: {timestamp: value}}, in chunks under Prometheus's points limit."""
-        out: dict[tuple, dict[float, float]] = {}
-        chunk = step * (MAX_POINTS - 1)
-        t = start
-        while t <= end:
-            stop = min(t + chunk, end)
-            data = self._get("/api/v1/query_range",
-                             {"query": expr, "start": t, "end": stop, "step": step})
-            for series in data["result"]:
-                key = tuple(sorted(series["metric"].items()))
-                points = out.setdefault(key, {})
-                for ts, value in series["values"]:
-                    v = float(value)
-                    if not math.isnan(v):
-                        points[float(ts)] = v
-            if progress:
-                progress(stop)
-            t = stop + step
-        return out
-
-    def retention_seconds(self) -> float | None:
-        """The time retention Prometheus runs with (None when it does not say)."""
-        try:
-            text = self._get("/api/v1/status/runtimeinfo", {}).get("storageRetention", "")
-        except SnapshotError:
-            return None
-        m = re.match(r"\s*(\d+)(y|w|d|h|m)\b", text)
-        units = {"y": 31536000, "w": 604800, "d": 86400, "h": 3600, "m": 60}
-        return int(m.group(1)) * units[m.group(2)] if m else None
 
 
 # -- the pack -------------------------------------------------------------------------------
@@ -426,6 +366,14 @@ def charts(data: dict, out: Path) -> list[str]:
 
 def take(prometheus_url: str, start: str, end: str, out: Path,
          instances: list[str] | None = None, step: float = 15.0) -> dict:
+    try:
+        return _take(prometheus_url, start, end, out, instances, step)
+    except PrometheusError as err:
+        raise SnapshotError(str(err)) from None
+
+
+def _take(prometheus_url: str, start: str, end: str, out: Path,
+          instances: list[str] | None, step: float) -> dict:
     now = time.time()
     window = Window(parse_time(start, now), parse_time(end, now), step)
     prom = Prometheus(prometheus_url)
