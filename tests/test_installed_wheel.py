@@ -8,11 +8,13 @@ Watchdog must reach the alert sink.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import zipfile
 
 import pytest
@@ -83,6 +85,20 @@ def test_installed_commands_run_outside_the_checkout(installed):
     assert "site-packages" in probe
 
 
+def pipeline_state(banner: str) -> str:
+    """Where the Watchdog got stuck: Prometheus' view of the rule, Alertmanager's alerts."""
+    urls = dict(re.findall(r"^(Prometheus|Alertmanager)\s+(\S+)", banner, re.M))
+    out = []
+    for name, path in (("Prometheus", "/api/v1/rules?type=alert"),
+                       ("Alertmanager", "/api/v2/alerts")):
+        try:
+            with urllib.request.urlopen(urls[name] + path, timeout=5) as resp:
+                out.append(f"{name}{path}: {resp.read(3000).decode()}")
+        except (KeyError, OSError) as err:
+            out.append(f"{name}{path}: {err}")
+    return "\n".join(out)
+
+
 def test_installed_native_demo_stack_delivers_the_watchdog_within_60_s(installed):
     require_binary("prometheus")
     require_binary("prometheus-alertmanager")  # Debian's name, which the runner looks for first
@@ -94,20 +110,25 @@ def test_installed_native_demo_stack_delivers_the_watchdog_within_60_s(installed
          "--dir", str(run_dir)], cwd=work, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True)
     alerts = run_dir / "alerts.jsonl"
+    banner = []
+    for line in proc.stdout:  # the runner prints its banner once every part answers
+        banner.append(line)
+        if "Ctrl-C stops everything" in line or proc.poll() is not None:
+            break
     started = time.monotonic()
     seen = None
     try:
         while time.monotonic() - started < 60 and proc.poll() is None:
             if alerts.exists():
-                for line in alerts.read_text().splitlines():
-                    if json.loads(line)["labels"]["alertname"] == "Watchdog":
-                        seen = time.monotonic() - started
-                        break
-            if seen is not None:
-                break
+                names = [json.loads(line)["labels"]["alertname"]
+                         for line in alerts.read_text().splitlines()]
+                if "Watchdog" in names:
+                    seen = time.monotonic() - started
+                    break
             time.sleep(1)
+        diagnosis = "" if seen is not None else pipeline_state("".join(banner))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        output = proc.communicate(timeout=30)[0]
-    assert seen is not None, f"no Watchdog at the sink in 60 s:\n{output[-3000:]}"
-    print(f"Watchdog at the sink {seen:.0f} s after `stack up`")
+        output = "".join(banner) + proc.communicate(timeout=30)[0]
+    assert seen is not None, f"no Watchdog at the sink in 60 s:\n{output[-3000:]}\n{diagnosis}"
+    print(f"Watchdog at the sink {seen:.0f} s after the stack was up")
