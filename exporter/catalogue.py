@@ -27,6 +27,11 @@ SERVER_MODEL = ("server", "model_name")
 CONTAINER = ("container", "server")
 GPU = ("gpu", "uuid")
 
+# Per-GPU constants NVML reports, as gpu_info labels in base units (Hz, lanes): nothing
+# computes with them, so they need no series of their own (see REMOVED below).
+GPU_LIMITS = ("sm_clock_max_hertz", "memory_clock_max_hertz", "pcie_link_generation_max",
+              "pcie_link_width_max")
+
 CONFIG_INFO_LABELS = (
     "version",
     "tp_size",
@@ -206,9 +211,12 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("gpu_nvml_inits_total", "counter", (), "NVML initialisations (nvmlInit), re-inits "
        "after a lost GPU included.", GPUS),
     _m("gpu_info", "info", (*GPU, "name", "pci_bus_id", "driver_version", "cuda_driver_version",
-                            "mig_mode"),
+                            "mig_mode", *GPU_LIMITS),
        "GPU identity (nvmlDeviceGetName, GetPciInfo, SystemGetDriverVersion, "
-       "SystemGetCudaDriverVersion, GetMigMode); value 1.", GPUS),
+       "SystemGetCudaDriverVersion, GetMigMode) and its constant maxima: sm_clock_max_hertz, "
+       "memory_clock_max_hertz (GetMaxClockInfo SM, MEM; Hz), pcie_link_generation_max, "
+       "pcie_link_width_max (GetMaxPcieLinkGeneration, GetMaxPcieLinkWidth); a label is empty "
+       "where NVML does not answer; value 1.", GPUS),
     _m("gpu_device_up", "gauge", GPU,
        "1 if the GPU was read in the last cycle, 0 if it is lost (GpuIsLost, Unknown, ...); "
        "kept for every GPU seen since start.", GPUS),
@@ -234,24 +242,22 @@ METRICS: tuple[MetricSpec, ...] = (
        "Enforced power limit (nvmlDeviceGetEnforcedPowerLimit, mW / 1000).", GPUS),
     _m("gpu_energy_joules_total", "counter", GPU,
        "Energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption, mJ / 1000).", GPUS),
-    _m("gpu_sm_clock_hertz", "gauge", GPU, "SM clock (nvmlDeviceGetClockInfo SM, MHz x 1e6).",
-       GPUS),
-    _m("gpu_sm_clock_max_hertz", "gauge", GPU, "Maximum SM clock (GetMaxClockInfo SM).", GPUS),
+    _m("gpu_sm_clock_hertz", "gauge", GPU, "SM clock (nvmlDeviceGetClockInfo SM, MHz x 1e6); its "
+       "maximum is gpu_info's sm_clock_max_hertz.", GPUS),
     _m("gpu_memory_clock_hertz", "gauge", GPU, "Memory clock (GetClockInfo MEM).", GPUS),
-    _m("gpu_memory_clock_max_hertz", "gauge", GPU, "Maximum memory clock (GetMaxClockInfo MEM).",
-       GPUS),
     _m("gpu_clock_event_active", "gauge", (*GPU, "reason"),
        "1 while a clock event (throttle) reason is active: gpu_idle, sw_power_cap, "
        "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ... "
        "(nvmlDeviceGetCurrentClocksEventReasons, supported reasons only).", GPUS),
     _m("gpu_pcie_link_generation", "gauge", GPU,
-       "Current PCIe link generation (GetCurrPcieLinkGeneration).", GPUS),
-    _m("gpu_pcie_link_generation_max", "gauge", GPU,
-       "Maximum PCIe link generation (GetMaxPcieLinkGeneration).", GPUS),
+       "Current PCIe link generation (GetCurrPcieLinkGeneration); its maximum is gpu_info's "
+       "pcie_link_generation_max.", GPUS),
     _m("gpu_pcie_link_width", "gauge", GPU, "Current PCIe link width in lanes "
-       "(GetCurrPcieLinkWidth).", GPUS),
-    _m("gpu_pcie_link_width_max", "gauge", GPU, "Maximum PCIe link width (GetMaxPcieLinkWidth).",
-       GPUS),
+       "(GetCurrPcieLinkWidth); its maximum is gpu_info's pcie_link_width_max.", GPUS),
+    _m("gpu_pcie_link_downgraded", "gauge", GPU,
+       "1 if the PCIe link runs below its maximum width or generation (current < "
+       "GetMaxPcieLinkWidth, GetMaxPcieLinkGeneration, same NVML cycle), else 0; absent where "
+       "NVML answers neither pair. Links may downshift at idle to save power.", GPUS),
     _m("gpu_pcie_replay_errors_total", "counter", GPU,
        "PCIe replays, a signal-integrity problem (nvmlDeviceGetPcieReplayCounter).", GPUS),
     _m("gpu_ecc_errors_volatile_total", "counter", (*GPU, "type"),

@@ -220,17 +220,25 @@ def test_values_are_converted_from_nvml_units_to_base_units():
     # Check
     expected = {
         "power_watts": 512.345, "power_limit_watts": 700.0, "energy_joules_total": 98_765_432.1,
-        "sm_clock_hertz": 1.755e9, "sm_clock_max_hertz": 1.98e9, "memory_clock_hertz": 3.201e9,
-        "memory_clock_max_hertz": 3.201e9, "utilization_ratio": 0.87,
+        "sm_clock_hertz": 1.755e9, "memory_clock_hertz": 3.201e9, "utilization_ratio": 0.87,
         "memory_utilization_ratio": 0.41, "temperature_celsius": 44.0,
         "memory_total_bytes": 150_754_820_096.0, "memory_reserved_bytes": 593_494_016.0,
         "memory_used_bytes": 126_300 * MiB,
-        "pcie_link_generation": 5.0, "pcie_link_generation_max": 5.0, "pcie_link_width": 16.0,
-        "pcie_link_width_max": 16.0, "pcie_replay_errors_total": 0.0,
+        "pcie_link_generation": 5.0, "pcie_link_width": 16.0, "pcie_link_downgraded": 0.0,
+        "pcie_replay_errors_total": 0.0,
         "remapped_rows_pending": 1.0, "remapped_rows_failure": 0.0,
     }
     for name, value in expected.items():
         assert rig.value(name, 0) == pytest.approx(value, rel=1e-12), name
+    # constant maxima: gpu_info labels in base units, no series of their own
+    info = rig.info(0)
+    assert {k: info[k] for k in ("sm_clock_max_hertz", "memory_clock_max_hertz",
+                                 "pcie_link_generation_max", "pcie_link_width_max")} == {
+        "sm_clock_max_hertz": "1980000000", "memory_clock_max_hertz": "3201000000",
+        "pcie_link_generation_max": "5", "pcie_link_width_max": "16"}
+    for name in ("sm_clock_max_hertz", "memory_clock_max_hertz", "pcie_link_generation_max",
+                 "pcie_link_width_max"):
+        assert rig.series(name) == [], name
     assert rig.value("clock_event_active", 0, reason="gpu_idle") == 1.0
     assert rig.value("clock_event_active", 0, reason="hw_thermal") == 1.0
     assert rig.value("clock_event_active", 0, reason="sw_power_cap") == 0.0
@@ -240,6 +248,38 @@ def test_values_are_converted_from_nvml_units_to_base_units():
     for kind in ("corrected", "uncorrected"):
         assert rig.value("ecc_errors_volatile_total", 0, type=kind) == 0.0
         assert rig.value("ecc_errors_aggregate_total", 0, type=kind) == 0.0
+
+
+@pytest.mark.parametrize(("width", "gen", "downgraded"), [
+    ((16, 16), (5, 5), 0.0), ((8, 16), (5, 5), 1.0), ((16, 16), (3, 5), 1.0),
+    ((8, 16), (3, 5), 1.0)], ids=["full", "narrow", "slow", "both"])
+def test_pcie_link_downgraded_compares_width_and_generation_with_their_maxima(width, gen,
+                                                                            downgraded):
+    # Prepare
+    rig = Rig(one_gpu(pcie_width=width[0], pcie_width_max=width[1], pcie_gen=gen[0],
+                      pcie_gen_max=gen[1]))
+    # Act
+    rig.cycle()
+    # Check
+    assert rig.value("pcie_link_downgraded", 0) == downgraded
+    assert rig.value("pcie_link_width", 0) == width[0]
+    assert rig.info(0)["pcie_link_width_max"] == str(width[1])
+
+
+def test_pcie_link_downgraded_uses_the_pair_nvml_answers_and_is_absent_without_one():
+    # Prepare: GPU 0 has no maximum width, but its generation is below the maximum; GPU 1 has
+    # no maxima at all.
+    nvml = FakeNvml([FakeGpu(uuid=uuid_for("9e", 0), pcie_width_max=not_supported(), pcie_gen=3),
+                     FakeGpu(uuid=uuid_for("9e", 1), pcie_width_max=not_supported(),
+                             pcie_gen_max=not_supported())])
+    rig = Rig(nvml)
+    # Act
+    rig.cycle()
+    # Check
+    assert rig.value("pcie_link_downgraded", 0) == 1.0
+    assert rig.info(0)["pcie_link_width_max"] == ""
+    assert rig.value("pcie_link_downgraded", 1) is None
+    assert rig.value("pcie_link_width", 1) == 16.0
 
 
 def test_memory_temperature_is_decoded_through_the_field_value_type():
