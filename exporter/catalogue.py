@@ -211,12 +211,14 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("gpu_nvml_inits_total", "counter", (), "NVML initialisations (nvmlInit), re-inits "
        "after a lost GPU included.", GPUS),
     _m("gpu_info", "info", (*GPU, "name", "pci_bus_id", "driver_version", "cuda_driver_version",
-                            "mig_mode", *GPU_LIMITS),
+                            "mig_mode", *GPU_LIMITS, "clock_event_reasons"),
        "GPU identity (nvmlDeviceGetName, GetPciInfo, SystemGetDriverVersion, "
        "SystemGetCudaDriverVersion, GetMigMode) and its constant maxima: sm_clock_max_hertz, "
        "memory_clock_max_hertz (GetMaxClockInfo SM, MEM; Hz), pcie_link_generation_max, "
-       "pcie_link_width_max (GetMaxPcieLinkGeneration, GetMaxPcieLinkWidth); a label is empty "
-       "where NVML does not answer; value 1.", GPUS),
+       "pcie_link_width_max (GetMaxPcieLinkGeneration, GetMaxPcieLinkWidth); "
+       "clock_event_reasons: the comma-separated clock-event reasons NVML reports for this GPU "
+       "(GetSupportedClocksEventReasons), empty if none, so no clock_event_active series there "
+       "means unknown, not idle; a label is empty where NVML does not answer; value 1.", GPUS),
     _m("gpu_device_up", "gauge", GPU,
        "1 if the GPU was read in the last cycle, 0 if it is lost (GpuIsLost, Unknown, ...); "
        "kept for every GPU seen since start.", GPUS),
@@ -248,7 +250,10 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("gpu_clock_event_active", "gauge", (*GPU, "reason"),
        "1 while a clock event (throttle) reason is active: gpu_idle, sw_power_cap, "
        "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ... "
-       "(nvmlDeviceGetCurrentClocksEventReasons, supported reasons only).", GPUS),
+       "(nvmlDeviceGetCurrentClocksEventReasons). Only active reasons have a series: absent = "
+       "not active (never 0), so alert on `max by (instance, gpu, uuid) (...{reason=~...}) == 1` "
+       "and read a cleared reason as its series ending; the reasons this GPU can report are "
+       "gpu_info's clock_event_reasons.", GPUS),
     _m("gpu_pcie_link_generation", "gauge", GPU,
        "Current PCIe link generation (GetCurrPcieLinkGeneration); its maximum is gpu_info's "
        "pcie_link_generation_max.", GPUS),

@@ -350,11 +350,13 @@ class GpuCollector:
                                      "driver_version": reading.driver_version,
                                      "cuda_driver_version": reading.cuda_driver_version,
                                      "mig_mode": g.mig_mode,
-                                     **{k: _integer(g.limits.get(k)) for k in GPU_LIMITS}})
+                                     **{k: _integer(g.limits.get(k)) for k in GPU_LIMITS},
+                                     "clock_event_reasons": ",".join(g.clock_events)})
             for name, value in g.values.items():
                 values[name].add_metric(labels, value)
             for reason, active in sorted(g.clock_events.items()):
-                events.add_metric([*labels, reason], active)
+                if active:  # absent = not active: one series per active reason
+                    events.add_metric([*labels, reason], active)
             for (counter, error), n in sorted(g.ecc.items()):
                 (ecc_vol if counter == "volatile" else ecc_agg).add_metric([*labels, error], n)
             for kind, n in sorted(g.remapped_rows.items()):

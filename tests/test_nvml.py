@@ -200,10 +200,14 @@ def test_h200_machine_renders_every_gpu_with_the_same_series():
     per_gpu: dict[str, set[str]] = {}
     for family in rig.registry.collect():
         for s in family.samples:
-            if "uuid" in s.labels:
+            # clock events have a series per active reason only: GPU 3 (power cap), 7 (idle)
+            if "uuid" in s.labels and s.name != G + "clock_event_active":
                 per_gpu.setdefault(s.labels["gpu"], set()).add(s.name)
     assert sorted(per_gpu) == [str(i) for i in range(8)]
     assert all(names == per_gpu["0"] for names in per_gpu.values())
+    assert sorted((labels["gpu"], labels["reason"], value)
+                  for labels, value in rig.series("clock_event_active")) == [
+        ("3", "sw_power_cap", 1.0), ("7", "gpu_idle", 1.0)]
 
 
 # -- units -----------------------------------------------------------------------------------
@@ -241,8 +245,13 @@ def test_values_are_converted_from_nvml_units_to_base_units():
         assert rig.series(name) == [], name
     assert rig.value("clock_event_active", 0, reason="gpu_idle") == 1.0
     assert rig.value("clock_event_active", 0, reason="hw_thermal") == 1.0
-    assert rig.value("clock_event_active", 0, reason="sw_power_cap") == 0.0
+    assert rig.value("clock_event_active", 0, reason="sw_power_cap") is None  # not active
     assert rig.value("clock_event_active", 0, reason="display_clocks") is None  # not supported
+    assert [labels["reason"] for labels, _ in rig.series("clock_event_active")] == [
+        "gpu_idle", "hw_thermal"]
+    assert rig.info(0)["clock_event_reasons"] == (
+        "gpu_idle,applications_clocks_setting,sw_power_cap,hw_slowdown,sync_boost,sw_thermal,"
+        "hw_thermal,hw_power_brake")
     assert rig.value("remapped_rows_total", 0, type="correctable") == 2.0
     assert rig.value("remapped_rows_total", 0, type="uncorrectable") == 1.0
     for kind in ("corrected", "uncorrected"):
@@ -282,6 +291,23 @@ def test_pcie_link_downgraded_uses_the_pair_nvml_answers_and_is_absent_without_o
     assert rig.value("pcie_link_width", 1) == 16.0
 
 
+def test_clock_events_have_a_series_per_active_reason_and_info_says_which_can_be_reported():
+    # Prepare: GPU 0 power-capped, GPU 1 without clock-event reasons at all
+    nvml = FakeNvml([FakeGpu(uuid=uuid_for("9e", 0), clock_reasons=0x4),
+                     FakeGpu(uuid=uuid_for("9e", 1), clock_reasons=not_supported())])
+    rig = Rig(nvml)
+    # Act
+    rig.cycle()
+    active_0 = rig.series("clock_event_active")
+    nvml.gpus[0].clock_reasons = 0  # the cap lifts
+    rig.cycle()
+    # Check
+    assert active_0 == [(rig.labels(0, reason="sw_power_cap"), 1.0)]
+    assert rig.series("clock_event_active") == []  # nothing active: no series, not zeros
+    assert "sw_power_cap" in rig.info(0)["clock_event_reasons"].split(",")
+    assert rig.info(1)["clock_event_reasons"] == ""  # absence on GPU 1 means unknown
+
+
 def test_memory_temperature_is_decoded_through_the_field_value_type():
     # Prepare
     rig = Rig(one_gpu(memory_temperature_c=52))
@@ -317,7 +343,8 @@ def test_consumer_gpu_reports_the_series_it_has_and_no_others():
     assert rig.value("temperature_celsius", 0) == 58.0
     assert rig.value("memory_total_bytes", 0) == 24564 * MiB
     assert rig.value("memory_clock_hertz", 0) == pytest.approx(10.501e9)
-    assert rig.value("clock_event_active", 0, reason="display_clocks") == 0.0
+    assert rig.value("clock_event_active", 0, reason="display_clocks") is None  # not active
+    assert rig.info(0)["clock_event_reasons"].endswith(",hw_power_brake,display_clocks")
     assert rig.value("pcie_link_generation", 0) == 4.0
     for family in ("memory_temperature_celsius", "ecc_errors_volatile_total",
                    "ecc_errors_aggregate_total", "remapped_rows_total",
@@ -361,7 +388,8 @@ def test_old_driver_falls_back_to_the_older_calls_without_errors(old_bindings, c
     assert nvml.count("nvmlDeviceGetTemperature") == 3
     assert nvml.count("nvmlDeviceGetTemperatureV") == (0 if old_bindings else 1)
     assert rig.value("clock_event_active", 0, reason="sw_power_cap") == 1.0
-    assert rig.value("clock_event_active", 0, reason="gpu_idle") == 0.0
+    assert rig.value("clock_event_active", 0, reason="gpu_idle") is None
+    assert "gpu_idle" in rig.info(0)["clock_event_reasons"].split(",")
     assert nvml.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 3
     # the v1 struct: used includes the reserved memory, and there is no reserved figure
     assert rig.value("memory_used_bytes", 0) == (30_100 + 310) * MiB

@@ -107,8 +107,9 @@ thermal = [
                   (per_gpu("sglang_obs_gpu_power_limit_watts"), "GPU {{gpu}} limit")],
                  d.WATTS, w=12, min_=0, overrides=d.dashed("B")),
     d.state_timeline("Clock event (throttle) reasons",
-                     "Active NVML clock-event reasons per GPU; red: the alerting set "
-                     f"({THROTTLE_ALERTING}), blue: gpu_idle (benign).",
+                     "Active NVML clock-event reasons per GPU (a reason has a series only while "
+                     f"active); red: the alerting set ({THROTTLE_ALERTING}), blue: gpu_idle "
+                     "(benign).",
                      [(f"max by (gpu, reason) (sglang_obs_gpu_clock_event_active{{{G}}}) > 0",
                        "GPU {{gpu}} {{reason}}")],
                      d.value_mappings(((1, "active", "orange"),)), h=8,
@@ -168,15 +169,18 @@ errors = [
 inventory = [
     d.table("GPUs",
             "GPU identity: name, UUID, PCI bus, driver and CUDA versions, MIG mode; and its "
-            "constant maxima: SM and memory clock (Hz), PCIe generation and lanes.",
+            "constant maxima: SM and memory clock (Hz), PCIe generation and lanes; and the "
+            "clock-event reasons NVML reports for it.",
             [(f"max by (gpu, uuid, name, pci_bus_id, driver_version, cuda_driver_version, "
               f"mig_mode, sm_clock_max_hertz, memory_clock_max_hertz, pcie_link_generation_max, "
-              f"pcie_link_width_max) (sglang_obs_gpu_info{{{G}}})", "GPU {{gpu}}")],
+              f"pcie_link_width_max, clock_event_reasons) (sglang_obs_gpu_info{{{G}}})",
+              "GPU {{gpu}}")],
             hide=("Time", "Value"),
             rename={"sm_clock_max_hertz": "SM clock max (Hz)",
                     "memory_clock_max_hertz": "memory clock max (Hz)",
                     "pcie_link_generation_max": "PCIe gen max",
-                    "pcie_link_width_max": "PCIe lanes max"}),
+                    "pcie_link_width_max": "PCIe lanes max",
+                    "clock_event_reasons": "clock-event reasons reported"}),
 ]
 
 dashboard = d.dashboard(
