@@ -92,7 +92,10 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("polls_total", "counter", SERVER, "Poll cycles run against the server.", HEALTH),
     _m("poll_errors_total", "counter", (*SERVER, "endpoint", "reason"),
        "Failed endpoint requests by endpoint (metrics, loads, server_info, models) and reason "
-       "(connection_refused, timeout, http_status, too_large, network, parse).", HEALTH),
+       "(connection_refused, timeout, http_status, too_large, network, parse). A pair's series "
+       "appears with its first failure (no zeros are pre-filled: no rule needs them), so "
+       "rate()/increase() count from its second; the series' existence shows the first.",
+       HEALTH),
     _m("native_metrics_info", "info", (*SERVER, "spelling"),
        "How the server's own /metrics names its series: spelling is colon (sglang:), "
        "underscore (sglang_), mixed, or none (no SGLang series: metrics off or not yet "
@@ -137,7 +140,8 @@ METRICS: tuple[MetricSpec, ...] = (
        "1 if the log source (file or container stream) is being read, else 0.", LOG),
     _m("log_lines_total", "counter", (*SERVER, "kind"),
        "Scheduler log lines read, by kind (prefill, decode, retraction, capacity, ready, "
-       "health_check_failed, other, unparsed: garbled or not SGLang's).", LOG),
+       "health_check_failed, other, unparsed: garbled or not SGLang's); a kind's series appears "
+       "with its first line.", LOG),
     _m("log_rotations_total", "counter", SERVER,
        "Times the followed log file was rotated or truncated.", LOG),
     _m("log_prefill_batches_total", "counter", SERVER, "Prefill batch lines.", LOG),
@@ -206,8 +210,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("gpu_last_collection_success_timestamp_seconds", "gauge", (),
        "Unix time of the last cycle that read a GPU.", GPUS),
     _m("gpu_collection_errors_total", "counter", ("reason",),
-       "NVML failures by reason (gpu_lost, unknown, driver_not_loaded, version_mismatch, ...).",
-       GPUS),
+       "NVML failures by reason (gpu_lost, unknown, gpu_not_found, driver_not_loaded, "
+       "version_mismatch, uninitialized, library_not_found, other); a reason's series appears "
+       "with its first failure.", GPUS),
     _m("gpu_nvml_inits_total", "counter", (), "NVML initialisations (nvmlInit), re-inits "
        "after a lost GPU included.", GPUS),
     _m("gpu_info", "info", (*GPU, "name", "pci_bus_id", "driver_version", "cuda_driver_version",

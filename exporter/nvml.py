@@ -36,7 +36,6 @@ CONTEXT_FATAL = {UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, GPU_
 REASONS = {GPU_IS_LOST: "gpu_lost", UNKNOWN: "unknown", GPU_NOT_FOUND: "gpu_not_found",
            DRIVER_NOT_LOADED: "driver_not_loaded", LIB_RM_VERSION_MISMATCH: "version_mismatch",
            UNINITIALIZED: "uninitialized", LIBRARY_NOT_FOUND: "library_not_found"}
-ERROR_REASONS = (*sorted(set(REASONS.values())), "other")
 
 # GPM metric ids (Hopper+) -> our names; values are 0-100 percentages.
 GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"),
@@ -91,7 +90,7 @@ class NvmlBackend:
         self.processes = processes
         self.initialized = False
         self.inits = 0
-        self.errors: dict[str, int] = dict.fromkeys(ERROR_REASONS, 0)
+        self.errors: dict[str, int] = {}  # reason -> failures, from the first one
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, field)
         self._known: dict[str, int] = {}  # uuid -> last index of every GPU seen, to report it lost
         self._gpm: dict[str, Any] = {}  # uuid -> previous GPM sample
