@@ -27,8 +27,8 @@ SERVER_MODEL = ("server", "model_name")
 CONTAINER = ("container", "server")
 GPU = ("gpu", "uuid")
 
-# Per-GPU constants NVML reports, as gpu_info labels in base units (Hz, lanes): nothing
-# computes with them, so they need no series of their own (see REMOVED below).
+# Per-GPU constants NVML reports, as gpu_info labels in base units (Hz, lanes): no rule or ratio
+# computes with them, so they need no series of their own (see SERIES_CHANGES below).
 GPU_LIMITS = ("sm_clock_max_hertz", "memory_clock_max_hertz", "pcie_link_generation_max",
               "pcie_link_width_max")
 
@@ -315,6 +315,64 @@ METRICS: tuple[MetricSpec, ...] = (
 
 BY_NAME = {spec.name: spec for spec in METRICS}
 
+# Series removed, merged or changed to carry the same facts in fewer series, and the ones kept
+# on purpose, with why: (series, comma-separated; change; why), listed in docs/metrics.md.
+# Counted by bench/series_count.py.
+SERIES_CHANGES: tuple[tuple[str, str, str], ...] = (
+    ("sglang_obs_gpu_clock_event_active",
+     "changed: a series only for an active reason (value 1); an inactive reason has none "
+     "instead of a 0 (64 series to 2 on the 8-GPU H200 test machine)",
+     "8 reasons per GPU were almost all 0. The alert GPUThermalThrottling "
+     "(`max by (instance, gpu, uuid) (...{reason=~\"...\"}) == 1`) and the dashboard's "
+     "reason timeline (`... > 0`) only ever read the 1s, and a cleared reason ends its series, "
+     "which resolves the alert. Absent = not active. The reasons a GPU can report, which the "
+     "zeros used to show, are gpu_info's clock_event_reasons label."),
+    ("sglang_obs_gpu_sm_clock_max_hertz, sglang_obs_gpu_memory_clock_max_hertz",
+     "removed: merged into sglang_obs_gpu_info labels sm_clock_max_hertz, "
+     "memory_clock_max_hertz (Hz)",
+     "Constant per GPU; no rule or ratio used them, only a dashed reference line. The GPUs "
+     "dashboard shows them in its inventory table."),
+    ("sglang_obs_gpu_pcie_link_generation_max, sglang_obs_gpu_pcie_link_width_max",
+     "removed: merged into sglang_obs_gpu_info labels pcie_link_generation_max, "
+     "pcie_link_width_max; the comparison GPUPCIeLinkDegraded made is the new "
+     "sglang_obs_gpu_pcie_link_downgraded",
+     "Constant per GPU. Their one numeric use, `pcie_link_width < pcie_link_width_max or "
+     "pcie_link_generation < pcie_link_generation_max`, now happens in the exporter, on the same "
+     "NVML cycle: one 0/1 series per GPU instead of two maxima. Query: "
+     "`sglang_obs_gpu_pcie_link_downgraded == 1`."),
+    ("sglang_obs_gpu_pcie_link_downgraded",
+     "added: 1 if the link runs below its maximum width or generation, else 0",
+     "Replaces the two maxima in the alert and the dashboard (see above)."),
+    ("sglang_obs_gpu_info",
+     "changed: new labels sm_clock_max_hertz, memory_clock_max_hertz, "
+     "pcie_link_generation_max, pcie_link_width_max, clock_event_reasons",
+     "Carries the constants above at no extra series; they change only with the hardware or "
+     "driver."),
+    ("sglang_obs_poll_errors_total",
+     "changed: no pre-filled zeros; a (server, endpoint, reason) series appears with its first "
+     "failure (24 zero series per server before)",
+     "No rule reads it: the alerts use sglang_obs_up. rate()/increase() count failures from a "
+     "pair's second one; the series' existence shows the first."),
+    ("sglang_obs_gpu_collection_errors_total",
+     "changed: no pre-filled zeros; a reason appears with its first NVML failure (8 zero "
+     "series per host before)",
+     "No rule reads it: GPULost uses sglang_obs_gpu_device_up and sglang_obs_gpu_collector_up."),
+    ("sglang_obs_log_lines_total",
+     "changed: no pre-filled zeros; a kind appears with its first line (8 kinds per followed "
+     "log before)",
+     "No rule reads it; the dashboard plots the rate by kind."),
+    ("sglang_obs_gpu_memory_total_bytes, sglang_obs_gpu_power_limit_watts",
+     "kept as gauges (constant, or nearly, per GPU)",
+     "memory_total is the denominator of the memory-used ratio panels and of sglang-snapshot; "
+     "the enforced power limit changes at runtime (nvidia-smi -pl, datacenter power capping) "
+     "and the Power panel plots the draw against it."),
+    ("sglang_obs_container_restarts_total, sglang_obs_container_oom_kills_total, "
+     "sglang_obs_gpu_ecc_errors_volatile_total",
+     "kept: present (at 0) before the first event",
+     "Rules take increase() of them (SGLangContainerRestarting, SGLangOOMKilled, "
+     "GPUUncorrectableECC): without a sample before the first event, increase() would miss it."),
+)
+
 
 def render_markdown() -> str:
     lines = [
@@ -332,6 +390,16 @@ def render_markdown() -> str:
             labels = ", ".join(f"`{label}`" for label in spec.labels) or "—"
             lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
         lines.append("")
+    lines += ["## Series removed or merged, and why", "",
+              "Changes that carry the same facts in fewer series (each series is in the tables "
+              "above as it is now), and the series kept on purpose. Counted with "
+              "`bench/series_count.py` when they were made: 8 H200 GPUs and one TP8 server, 410 "
+              "series before, 292 after; with eight DP1 servers, 858 before, 572 after.", "",
+              "| series | change | why |", "|---|---|---|"]
+    for series, change, why in SERIES_CHANGES:
+        names = ", ".join(f"`{n}`" for n in series.split(", "))
+        lines.append(f"| {names} | {change} | {why} |")
+    lines.append("")
     return "\n".join(lines)
 
 
