@@ -27,6 +27,11 @@ SERVER_MODEL = ("server", "model_name")
 CONTAINER = ("container", "server")
 GPU = ("gpu", "uuid")
 
+# Per-GPU constants NVML reports, as gpu_info labels in base units (Hz, lanes): no rule or ratio
+# computes with them, so they need no series of their own (see SERIES_CHANGES below).
+GPU_LIMITS = ("sm_clock_max_hertz", "memory_clock_max_hertz", "pcie_link_generation_max",
+              "pcie_link_width_max")
+
 CONFIG_INFO_LABELS = (
     "version",
     "tp_size",
@@ -87,7 +92,10 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("polls_total", "counter", SERVER, "Poll cycles run against the server.", HEALTH),
     _m("poll_errors_total", "counter", (*SERVER, "endpoint", "reason"),
        "Failed endpoint requests by endpoint (metrics, loads, server_info, models) and reason "
-       "(connection_refused, timeout, http_status, too_large, network, parse).", HEALTH),
+       "(connection_refused, timeout, http_status, too_large, network, parse). A pair's series "
+       "appears with its first failure (no zeros are pre-filled: no rule needs them), so "
+       "rate()/increase() count from its second; the series' existence shows the first.",
+       HEALTH),
     _m("native_metrics_info", "info", (*SERVER, "spelling"),
        "How the server's own /metrics names its series: spelling is colon (sglang:), "
        "underscore (sglang_), mixed, or none (no SGLang series: metrics off or not yet "
@@ -132,7 +140,8 @@ METRICS: tuple[MetricSpec, ...] = (
        "1 if the log source (file or container stream) is being read, else 0.", LOG),
     _m("log_lines_total", "counter", (*SERVER, "kind"),
        "Scheduler log lines read, by kind (prefill, decode, retraction, capacity, ready, "
-       "health_check_failed, other, unparsed: garbled or not SGLang's).", LOG),
+       "health_check_failed, other, unparsed: garbled or not SGLang's); a kind's series appears "
+       "with its first line.", LOG),
     _m("log_rotations_total", "counter", SERVER,
        "Times the followed log file was rotated or truncated.", LOG),
     _m("log_prefill_batches_total", "counter", SERVER, "Prefill batch lines.", LOG),
@@ -201,14 +210,20 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("gpu_last_collection_success_timestamp_seconds", "gauge", (),
        "Unix time of the last cycle that read a GPU.", GPUS),
     _m("gpu_collection_errors_total", "counter", ("reason",),
-       "NVML failures by reason (gpu_lost, unknown, driver_not_loaded, version_mismatch, ...).",
-       GPUS),
+       "NVML failures by reason (gpu_lost, unknown, gpu_not_found, driver_not_loaded, "
+       "version_mismatch, uninitialized, library_not_found, other); a reason's series appears "
+       "with its first failure.", GPUS),
     _m("gpu_nvml_inits_total", "counter", (), "NVML initialisations (nvmlInit), re-inits "
        "after a lost GPU included.", GPUS),
     _m("gpu_info", "info", (*GPU, "name", "pci_bus_id", "driver_version", "cuda_driver_version",
-                            "mig_mode"),
+                            "mig_mode", *GPU_LIMITS, "clock_event_reasons"),
        "GPU identity (nvmlDeviceGetName, GetPciInfo, SystemGetDriverVersion, "
-       "SystemGetCudaDriverVersion, GetMigMode); value 1.", GPUS),
+       "SystemGetCudaDriverVersion, GetMigMode) and its constant maxima: sm_clock_max_hertz, "
+       "memory_clock_max_hertz (GetMaxClockInfo SM, MEM; Hz), pcie_link_generation_max, "
+       "pcie_link_width_max (GetMaxPcieLinkGeneration, GetMaxPcieLinkWidth); "
+       "clock_event_reasons: the comma-separated clock-event reasons NVML reports for this GPU "
+       "(GetSupportedClocksEventReasons), empty if none, so no clock_event_active series there "
+       "means unknown, not idle; a label is empty where NVML does not answer; value 1.", GPUS),
     _m("gpu_device_up", "gauge", GPU,
        "1 if the GPU was read in the last cycle, 0 if it is lost (GpuIsLost, Unknown, ...); "
        "kept for every GPU seen since start.", GPUS),
@@ -234,24 +249,25 @@ METRICS: tuple[MetricSpec, ...] = (
        "Enforced power limit (nvmlDeviceGetEnforcedPowerLimit, mW / 1000).", GPUS),
     _m("gpu_energy_joules_total", "counter", GPU,
        "Energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption, mJ / 1000).", GPUS),
-    _m("gpu_sm_clock_hertz", "gauge", GPU, "SM clock (nvmlDeviceGetClockInfo SM, MHz x 1e6).",
-       GPUS),
-    _m("gpu_sm_clock_max_hertz", "gauge", GPU, "Maximum SM clock (GetMaxClockInfo SM).", GPUS),
+    _m("gpu_sm_clock_hertz", "gauge", GPU, "SM clock (nvmlDeviceGetClockInfo SM, MHz x 1e6); its "
+       "maximum is gpu_info's sm_clock_max_hertz.", GPUS),
     _m("gpu_memory_clock_hertz", "gauge", GPU, "Memory clock (GetClockInfo MEM).", GPUS),
-    _m("gpu_memory_clock_max_hertz", "gauge", GPU, "Maximum memory clock (GetMaxClockInfo MEM).",
-       GPUS),
     _m("gpu_clock_event_active", "gauge", (*GPU, "reason"),
        "1 while a clock event (throttle) reason is active: gpu_idle, sw_power_cap, "
        "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ... "
-       "(nvmlDeviceGetCurrentClocksEventReasons, supported reasons only).", GPUS),
+       "(nvmlDeviceGetCurrentClocksEventReasons). Only active reasons have a series: absent = "
+       "not active (never 0), so alert on `max by (instance, gpu, uuid) (...{reason=~...}) == 1` "
+       "and read a cleared reason as its series ending; the reasons this GPU can report are "
+       "gpu_info's clock_event_reasons.", GPUS),
     _m("gpu_pcie_link_generation", "gauge", GPU,
-       "Current PCIe link generation (GetCurrPcieLinkGeneration).", GPUS),
-    _m("gpu_pcie_link_generation_max", "gauge", GPU,
-       "Maximum PCIe link generation (GetMaxPcieLinkGeneration).", GPUS),
+       "Current PCIe link generation (GetCurrPcieLinkGeneration); its maximum is gpu_info's "
+       "pcie_link_generation_max.", GPUS),
     _m("gpu_pcie_link_width", "gauge", GPU, "Current PCIe link width in lanes "
-       "(GetCurrPcieLinkWidth).", GPUS),
-    _m("gpu_pcie_link_width_max", "gauge", GPU, "Maximum PCIe link width (GetMaxPcieLinkWidth).",
-       GPUS),
+       "(GetCurrPcieLinkWidth); its maximum is gpu_info's pcie_link_width_max.", GPUS),
+    _m("gpu_pcie_link_downgraded", "gauge", GPU,
+       "1 if the PCIe link runs below its maximum width or generation (current < "
+       "GetMaxPcieLinkWidth, GetMaxPcieLinkGeneration, same NVML cycle), else 0; absent where "
+       "NVML answers neither pair. Links may downshift at idle to save power.", GPUS),
     _m("gpu_pcie_replay_errors_total", "counter", GPU,
        "PCIe replays, a signal-integrity problem (nvmlDeviceGetPcieReplayCounter).", GPUS),
     _m("gpu_ecc_errors_volatile_total", "counter", (*GPU, "type"),
@@ -299,6 +315,64 @@ METRICS: tuple[MetricSpec, ...] = (
 
 BY_NAME = {spec.name: spec for spec in METRICS}
 
+# Series removed, merged or changed to carry the same facts in fewer series, and the ones kept
+# on purpose, with why: (series, comma-separated; change; why), listed in docs/metrics.md.
+# Counted by bench/series_count.py.
+SERIES_CHANGES: tuple[tuple[str, str, str], ...] = (
+    ("sglang_obs_gpu_clock_event_active",
+     "changed: a series only for an active reason (value 1); an inactive reason has none "
+     "instead of a 0 (64 series to 2 on the 8-GPU H200 test machine)",
+     "8 reasons per GPU were almost all 0. The alert GPUThermalThrottling "
+     "(`max by (instance, gpu, uuid) (...{reason=~\"...\"}) == 1`) and the dashboard's "
+     "reason timeline (`... > 0`) only ever read the 1s, and a cleared reason ends its series, "
+     "which resolves the alert. Absent = not active. The reasons a GPU can report, which the "
+     "zeros used to show, are gpu_info's clock_event_reasons label."),
+    ("sglang_obs_gpu_sm_clock_max_hertz, sglang_obs_gpu_memory_clock_max_hertz",
+     "removed: merged into sglang_obs_gpu_info labels sm_clock_max_hertz, "
+     "memory_clock_max_hertz (Hz)",
+     "Constant per GPU; no rule or ratio used them, only a dashed reference line. The GPUs "
+     "dashboard shows them in its inventory table."),
+    ("sglang_obs_gpu_pcie_link_generation_max, sglang_obs_gpu_pcie_link_width_max",
+     "removed: merged into sglang_obs_gpu_info labels pcie_link_generation_max, "
+     "pcie_link_width_max; the comparison GPUPCIeLinkDegraded made is the new "
+     "sglang_obs_gpu_pcie_link_downgraded",
+     "Constant per GPU. Their one numeric use, `pcie_link_width < pcie_link_width_max or "
+     "pcie_link_generation < pcie_link_generation_max`, now happens in the exporter, on the same "
+     "NVML cycle: one 0/1 series per GPU instead of two maxima. Query: "
+     "`sglang_obs_gpu_pcie_link_downgraded == 1`."),
+    ("sglang_obs_gpu_pcie_link_downgraded",
+     "added: 1 if the link runs below its maximum width or generation, else 0",
+     "Replaces the two maxima in the alert and the dashboard (see above)."),
+    ("sglang_obs_gpu_info",
+     "changed: new labels sm_clock_max_hertz, memory_clock_max_hertz, "
+     "pcie_link_generation_max, pcie_link_width_max, clock_event_reasons",
+     "Carries the constants above at no extra series; they change only with the hardware or "
+     "driver."),
+    ("sglang_obs_poll_errors_total",
+     "changed: no pre-filled zeros; a (server, endpoint, reason) series appears with its first "
+     "failure (24 zero series per server before)",
+     "No rule reads it: the alerts use sglang_obs_up. rate()/increase() count failures from a "
+     "pair's second one; the series' existence shows the first."),
+    ("sglang_obs_gpu_collection_errors_total",
+     "changed: no pre-filled zeros; a reason appears with its first NVML failure (8 zero "
+     "series per host before)",
+     "No rule reads it: GPULost uses sglang_obs_gpu_device_up and sglang_obs_gpu_collector_up."),
+    ("sglang_obs_log_lines_total",
+     "changed: no pre-filled zeros; a kind appears with its first line (8 kinds per followed "
+     "log before)",
+     "No rule reads it; the dashboard plots the rate by kind."),
+    ("sglang_obs_gpu_memory_total_bytes, sglang_obs_gpu_power_limit_watts",
+     "kept as gauges (constant, or nearly, per GPU)",
+     "memory_total is the denominator of the memory-used ratio panels and of sglang-snapshot; "
+     "the enforced power limit changes at runtime (nvidia-smi -pl, datacenter power capping) "
+     "and the Power panel plots the draw against it."),
+    ("sglang_obs_container_restarts_total, sglang_obs_container_oom_kills_total, "
+     "sglang_obs_gpu_ecc_errors_volatile_total",
+     "kept: present (at 0) before the first event",
+     "Rules take increase() of them (SGLangContainerRestarting, SGLangOOMKilled, "
+     "GPUUncorrectableECC): without a sample before the first event, increase() would miss it."),
+)
+
 
 def render_markdown() -> str:
     lines = [
@@ -316,6 +390,16 @@ def render_markdown() -> str:
             labels = ", ".join(f"`{label}`" for label in spec.labels) or "—"
             lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
         lines.append("")
+    lines += ["## Series removed or merged, and why", "",
+              "Changes that carry the same facts in fewer series (each series is in the tables "
+              "above as it is now), and the series kept on purpose. Counted with "
+              "`bench/series_count.py` when they were made: 8 H200 GPUs and one TP8 server, 410 "
+              "series before, 292 after; with eight DP1 servers, 858 before, 572 after.", "",
+              "| series | change | why |", "|---|---|---|"]
+    for series, change, why in SERIES_CHANGES:
+        names = ", ".join(f"`{n}`" for n in series.split(", "))
+        lines.append(f"| {names} | {change} | {why} |")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from sglang_obs import __version__
-from sglang_obs.exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, PREFIX
+from sglang_obs.exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, GPU_LIMITS, PREFIX
 from sglang_obs.exporter.log_stats import CONTEXT_BUCKETS
 from sglang_obs.exporter.poller import Snapshot, TargetPoller
 
@@ -161,6 +161,11 @@ def _str(value) -> str:
     return "" if value is None else str(value)
 
 
+def _integer(value: float | None) -> str:
+    """A gpu_info label value: "1980000000", "" when NVML did not answer."""
+    return "" if value is None else f"{value:.0f}"
+
+
 class GuardedCollector:
     """Wraps a collector so one that raises loses its own series, not the whole scrape."""
 
@@ -300,9 +305,8 @@ class GpuCollector:
     _PER_GPU = ("utilization_ratio", "memory_utilization_ratio", "memory_used_bytes",
                 "memory_reserved_bytes", "memory_total_bytes", "temperature_celsius",
                 "memory_temperature_celsius", "power_watts", "power_limit_watts",
-                "energy_joules_total", "sm_clock_hertz", "sm_clock_max_hertz",
-                "memory_clock_hertz", "memory_clock_max_hertz", "pcie_link_generation",
-                "pcie_link_generation_max", "pcie_link_width", "pcie_link_width_max",
+                "energy_joules_total", "sm_clock_hertz", "memory_clock_hertz",
+                "pcie_link_generation", "pcie_link_width", "pcie_link_downgraded",
                 "pcie_replay_errors_total", "remapped_rows_pending", "remapped_rows_failure",
                 "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
                 "dram_bandwidth_ratio")
@@ -345,11 +349,14 @@ class GpuCollector:
             info.add_metric(labels, {"name": g.name, "pci_bus_id": g.pci_bus_id,
                                      "driver_version": reading.driver_version,
                                      "cuda_driver_version": reading.cuda_driver_version,
-                                     "mig_mode": g.mig_mode})
+                                     "mig_mode": g.mig_mode,
+                                     **{k: _integer(g.limits.get(k)) for k in GPU_LIMITS},
+                                     "clock_event_reasons": ",".join(g.clock_events)})
             for name, value in g.values.items():
                 values[name].add_metric(labels, value)
             for reason, active in sorted(g.clock_events.items()):
-                events.add_metric([*labels, reason], active)
+                if active:  # absent = not active: one series per active reason
+                    events.add_metric([*labels, reason], active)
             for (counter, error), n in sorted(g.ecc.items()):
                 (ecc_vol if counter == "volatile" else ecc_agg).add_metric([*labels, error], n)
             for kind, n in sorted(g.remapped_rows.items()):

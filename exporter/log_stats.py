@@ -20,8 +20,6 @@ from sglang_obs.exporter.sglang_log import ParsedLine
 # Context size of single-request prefills (cached + new tokens), from 1K to 1M tokens.
 CONTEXT_BUCKETS = (1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 98304.0,
                    131072.0, 196608.0, 262144.0, 524288.0, 1048576.0)
-KINDS = ("prefill", "decode", "retraction", "capacity", "ready", "health_check_failed",
-         "other", "unparsed")
 
 
 @dataclass
@@ -52,7 +50,7 @@ class LogSnapshot:
 
 @dataclass
 class LogStats:
-    lines: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    lines: dict[str, int] = field(default_factory=dict)  # kind -> lines, from the first one
     prefill_batches: int = 0
     prefill_new_tokens: int = 0
     prefill_cached_tokens: int = 0
@@ -87,7 +85,7 @@ class LogStats:
     def _feed(self, parsed: ParsedLine | None, count: bool) -> None:
         if parsed is None:
             if count:
-                self.lines["unparsed"] += 1
+                self.lines["unparsed"] = self.lines.get("unparsed", 0) + 1
             return
         if count:
             self.lines[parsed.kind] = self.lines.get(parsed.kind, 0) + 1

@@ -20,7 +20,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# Clock event reason bits (nvmlClocksEventReason*), one 0/1 series each.
+# Clock event reason bits (nvmlClocksEventReason*): a series per active reason, and the
+# supported ones in gpu_info's clock_event_reasons label.
 CLOCK_EVENT_REASONS = (
     (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
     (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal"), (0x40, "hw_thermal"),
@@ -35,7 +36,6 @@ CONTEXT_FATAL = {UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, GPU_
 REASONS = {GPU_IS_LOST: "gpu_lost", UNKNOWN: "unknown", GPU_NOT_FOUND: "gpu_not_found",
            DRIVER_NOT_LOADED: "driver_not_loaded", LIB_RM_VERSION_MISMATCH: "version_mismatch",
            UNINITIALIZED: "uninitialized", LIBRARY_NOT_FOUND: "library_not_found"}
-ERROR_REASONS = (*sorted(set(REASONS.values())), "other")
 
 # GPM metric ids (Hopper+) -> our names; values are 0-100 percentages.
 GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"),
@@ -59,7 +59,9 @@ class GpuReading:
     pci_bus_id: str = ""
     mig_mode: str = ""  # "enabled" | "disabled" | "" (not a MIG GPU)
     values: dict[str, float] = field(default_factory=dict)  # metric short name -> value
-    clock_events: dict[str, float] = field(default_factory=dict)  # reason -> 0/1
+    # Per-GPU constants (maxima), exposed as gpu_info labels: short name -> value
+    limits: dict[str, float] = field(default_factory=dict)
+    clock_events: dict[str, float] = field(default_factory=dict)  # supported reason -> 0/1
     ecc: dict[tuple[str, str], float] = field(default_factory=dict)  # (counter, type) -> n
     remapped_rows: dict[str, float] = field(default_factory=dict)  # type -> rows
     processes: list[tuple[int, float]] = field(default_factory=list)  # (pid, bytes)
@@ -88,7 +90,7 @@ class NvmlBackend:
         self.processes = processes
         self.initialized = False
         self.inits = 0
-        self.errors: dict[str, int] = dict.fromkeys(ERROR_REASONS, 0)
+        self.errors: dict[str, int] = {}  # reason -> failures, from the first one
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, field)
         self._known: dict[str, int] = {}  # uuid -> last index of every GPU seen, to report it lost
         self._gpm: dict[str, Any] = {}  # uuid -> previous GPM sample
@@ -219,21 +221,26 @@ class NvmlBackend:
             ("power_limit_watts", "nvmlDeviceGetEnforcedPowerLimit", 1000),  # mW
             ("energy_joules_total", "nvmlDeviceGetTotalEnergyConsumption", 1000),  # mJ
             ("pcie_link_generation", "nvmlDeviceGetCurrPcieLinkGeneration", 1),
-            ("pcie_link_generation_max", "nvmlDeviceGetMaxPcieLinkGeneration", 1),
             ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", 1),
-            ("pcie_link_width_max", "nvmlDeviceGetMaxPcieLinkWidth", 1),
             ("pcie_replay_errors_total", "nvmlDeviceGetPcieReplayCounter", 1),
         ):
             value = call(uuid, key, fn, handle)
             if value is not None:
                 v[key] = float(value) / scale  # divided, so 98765432100 mJ is exactly J
-        for key, fn, clock in (("sm_clock_hertz", "nvmlDeviceGetClockInfo", 1),
-                               ("sm_clock_max_hertz", "nvmlDeviceGetMaxClockInfo", 1),
-                               ("memory_clock_hertz", "nvmlDeviceGetClockInfo", 2),
-                               ("memory_clock_max_hertz", "nvmlDeviceGetMaxClockInfo", 2)):
+        for key, fn in (("pcie_link_generation_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                        ("pcie_link_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
+            value = call(uuid, key, fn, handle)
+            if value is not None:
+                g.limits[key] = float(value)
+        for target, key, fn, clock in (
+                (v, "sm_clock_hertz", "nvmlDeviceGetClockInfo", 1),
+                (g.limits, "sm_clock_max_hertz", "nvmlDeviceGetMaxClockInfo", 1),
+                (v, "memory_clock_hertz", "nvmlDeviceGetClockInfo", 2),
+                (g.limits, "memory_clock_max_hertz", "nvmlDeviceGetMaxClockInfo", 2)):
             value = call(uuid, key, fn, handle, clock)  # NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2
             if value is not None:
-                v[key] = float(value) * 1e6  # MHz
+                target[key] = float(value) * 1e6  # MHz
+        _pcie_downgraded(g)
         self._clock_events(g, handle)
         self._ecc(g, handle)
         rows = call(uuid, "remapped_rows", "nvmlDeviceGetRemappedRows", handle)
@@ -341,6 +348,16 @@ class NvmlBackend:
                 self.nvml.nvmlGpmSampleFree(sample)
             except Exception as err:
                 log.debug("nvmlGpmSampleFree: %s", err)
+
+
+def _pcie_downgraded(g: GpuReading) -> None:
+    """pcie_link_downgraded: 1 if the link runs below its maximum width or generation, from
+    the pairs this GPU answers; absent when it answers neither pair."""
+    pairs = [(g.values[cur], g.limits[cur + "_max"])
+             for cur in ("pcie_link_width", "pcie_link_generation")
+             if cur in g.values and cur + "_max" in g.limits]
+    if pairs:
+        g.values["pcie_link_downgraded"] = 1.0 if any(c < m for c, m in pairs) else 0.0
 
 
 def _text(value: Any) -> str:

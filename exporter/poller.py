@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 
 from sglang_obs.exporter.derived import Derived, derive
 from sglang_obs.exporter.http_fetch import (
-    FETCH_ERROR_REASONS,
     METRICS_ACCEPT,
     FetchError,
     Response,
@@ -41,9 +40,6 @@ from sglang_obs.exporter.sglang_exposition import ExpositionError, NativeMetrics
 from sglang_obs.exporter.targets import server_label
 
 log = logging.getLogger(__name__)
-
-ENDPOINTS = ("metrics", "loads", "server_info", "models")
-ERROR_REASONS = (*FETCH_ERROR_REASONS, "parse")
 
 # Tried in order; the first that is not 404/405 is kept until the server restarts.
 LOAD_PATHS = ("/v1/loads", "/get_load")
@@ -93,7 +89,8 @@ class TargetPoller:
         self.log_stats = log_stats  # the server's scheduler log, where one is followed
         self._on_change = on_change  # told after each new snapshot (the exposition re-renders)
         self._queue = QueueRunTracker()
-        self._errors = {(e, r): 0 for e in ENDPOINTS for r in ERROR_REASONS}
+        # (endpoint, reason) -> failures, from the first one: no rule needs a zero before it
+        self._errors: dict[tuple[str, str], int] = {}
         self._polls = 0
         self._load_path: str | None = LOAD_PATHS[0]
         self._info_path = SERVER_INFO_PATHS[0]
@@ -194,7 +191,7 @@ class TargetPoller:
             raise
 
     def _count_error(self, endpoint: str, reason: str) -> None:
-        self._errors[(endpoint, reason)] += 1
+        self._errors[(endpoint, reason)] = self._errors.get((endpoint, reason), 0) + 1
 
     def _poll_metrics(self) -> tuple[NativeMetrics | None, bool]:
         """The parsed answer (None on failure) and whether the server answered at all."""

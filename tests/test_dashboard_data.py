@@ -19,10 +19,13 @@ EVENT_ONLY = {
     "Retraction": "kv-exhaustion", "Retracted": "kv-exhaustion",
     "Restarts": "crash-restart", "restart": "crash-restart", "OOM": "crash-restart",
     "Exit": "crash-restart", "Uptime": "crash-restart",
+    "Poll errors": "crash-restart",  # a poll-error series starts at its first failure
 }
 # Opt-in features the simulator does not turn on, with the reason.
 NOT_SIMULATED = {
     "by SGLang server": "per-process GPU memory is opt-in (--collector.nvml.processes)",
+    "NVML errors": "the simulator's GPU feed never fails an NVML call, and an NVML-error series "
+                   "starts at its first failure",
 }
 
 

@@ -111,7 +111,7 @@ def test_a_field_one_gpu_lacks_has_no_series_there_and_is_not_asked_again(code):
     assert nvml.count("nvmlDeviceGetPowerUsage", gpu=1) == 1
     assert nvml.count("nvmlDeviceGetTotalEnergyConsumption", gpu=1) == 1
     assert nvml.count("nvmlDeviceGetPowerUsage", gpu=0) == 3
-    assert rig.value("collection_errors_total", reason="other") == 0.0
+    assert rig.series("collection_errors_total") == []  # a reason appears with its first failure
 
 
 def test_unsupported_calls_on_a_consumer_gpu_are_made_once_and_leave_no_series():
@@ -171,9 +171,9 @@ def test_gpu_golden_file_names_every_gpu_metric_of_the_catalogue_and_nothing_els
     # Check
     gpu_metrics = {spec.name.removesuffix("_total") for spec in METRICS if spec.group == GPUS}
     assert {n.removesuffix("_total") for n in typed} == gpu_metrics
-    # every family has series on the H200 machine but the Xid ones (no event happened)
-    # and the two dropped because they change every run
-    without = {G + "xid_errors", G + "xid_last_timestamp_seconds",
+    # every family has series on the H200 machine but the Xid ones (no event happened), the
+    # NVML errors (none happened) and the two dropped because they change every run
+    without = {G + "xid_errors", G + "xid_last_timestamp_seconds", G + "collection_errors",
                G + "collection_duration_seconds", G + "last_collection_success_timestamp_seconds"}
     assert {n.removesuffix("_total") for n in sampled} == gpu_metrics - without
 
@@ -189,10 +189,14 @@ def test_h200_machine_renders_every_gpu_with_the_same_series():
     per_gpu: dict[str, set[str]] = {}
     for family in rig.registry.collect():
         for s in family.samples:
-            if "uuid" in s.labels:
+            # clock events have a series per active reason only: GPU 3 (power cap), 7 (idle)
+            if "uuid" in s.labels and s.name != G + "clock_event_active":
                 per_gpu.setdefault(s.labels["gpu"], set()).add(s.name)
     assert sorted(per_gpu) == [str(i) for i in range(8)]
     assert all(names == per_gpu["0"] for names in per_gpu.values())
+    assert sorted((labels["gpu"], labels["reason"], value)
+                  for labels, value in rig.series("clock_event_active")) == [
+        ("3", "sw_power_cap", 1.0), ("7", "gpu_idle", 1.0)]
 
 
 # -- units -----------------------------------------------------------------------------------
@@ -209,26 +213,88 @@ def test_values_are_converted_from_nvml_units_to_base_units():
     # Check
     expected = {
         "power_watts": 512.345, "power_limit_watts": 700.0, "energy_joules_total": 98_765_432.1,
-        "sm_clock_hertz": 1.755e9, "sm_clock_max_hertz": 1.98e9, "memory_clock_hertz": 3.201e9,
-        "memory_clock_max_hertz": 3.201e9, "utilization_ratio": 0.87,
+        "sm_clock_hertz": 1.755e9, "memory_clock_hertz": 3.201e9, "utilization_ratio": 0.87,
         "memory_utilization_ratio": 0.41, "temperature_celsius": 44.0,
         "memory_total_bytes": 150_754_820_096.0, "memory_reserved_bytes": 593_494_016.0,
         "memory_used_bytes": 126_300 * MiB,
-        "pcie_link_generation": 5.0, "pcie_link_generation_max": 5.0, "pcie_link_width": 16.0,
-        "pcie_link_width_max": 16.0, "pcie_replay_errors_total": 0.0,
+        "pcie_link_generation": 5.0, "pcie_link_width": 16.0, "pcie_link_downgraded": 0.0,
+        "pcie_replay_errors_total": 0.0,
         "remapped_rows_pending": 1.0, "remapped_rows_failure": 0.0,
     }
     for name, value in expected.items():
         assert rig.value(name, 0) == pytest.approx(value, rel=1e-12), name
+    # constant maxima: gpu_info labels in base units, no series of their own
+    info = rig.info(0)
+    assert {k: info[k] for k in ("sm_clock_max_hertz", "memory_clock_max_hertz",
+                                 "pcie_link_generation_max", "pcie_link_width_max")} == {
+        "sm_clock_max_hertz": "1980000000", "memory_clock_max_hertz": "3201000000",
+        "pcie_link_generation_max": "5", "pcie_link_width_max": "16"}
+    for name in ("sm_clock_max_hertz", "memory_clock_max_hertz", "pcie_link_generation_max",
+                 "pcie_link_width_max"):
+        assert rig.series(name) == [], name
     assert rig.value("clock_event_active", 0, reason="gpu_idle") == 1.0
     assert rig.value("clock_event_active", 0, reason="hw_thermal") == 1.0
-    assert rig.value("clock_event_active", 0, reason="sw_power_cap") == 0.0
+    assert rig.value("clock_event_active", 0, reason="sw_power_cap") is None  # not active
     assert rig.value("clock_event_active", 0, reason="display_clocks") is None  # not supported
+    assert [labels["reason"] for labels, _ in rig.series("clock_event_active")] == [
+        "gpu_idle", "hw_thermal"]
+    assert rig.info(0)["clock_event_reasons"] == (
+        "gpu_idle,applications_clocks_setting,sw_power_cap,hw_slowdown,sync_boost,sw_thermal,"
+        "hw_thermal,hw_power_brake")
     assert rig.value("remapped_rows_total", 0, type="correctable") == 2.0
     assert rig.value("remapped_rows_total", 0, type="uncorrectable") == 1.0
     for kind in ("corrected", "uncorrected"):
         assert rig.value("ecc_errors_volatile_total", 0, type=kind) == 0.0
         assert rig.value("ecc_errors_aggregate_total", 0, type=kind) == 0.0
+
+
+@pytest.mark.parametrize(("width", "gen", "downgraded"), [
+    ((16, 16), (5, 5), 0.0), ((8, 16), (5, 5), 1.0), ((16, 16), (3, 5), 1.0),
+    ((8, 16), (3, 5), 1.0)], ids=["full", "narrow", "slow", "both"])
+def test_pcie_link_downgraded_compares_width_and_generation_with_their_maxima(width, gen,
+                                                                            downgraded):
+    # Prepare
+    rig = Rig(one_gpu(pcie_width=width[0], pcie_width_max=width[1], pcie_gen=gen[0],
+                      pcie_gen_max=gen[1]))
+    # Act
+    rig.cycle()
+    # Check
+    assert rig.value("pcie_link_downgraded", 0) == downgraded
+    assert rig.value("pcie_link_width", 0) == width[0]
+    assert rig.info(0)["pcie_link_width_max"] == str(width[1])
+
+
+def test_pcie_link_downgraded_uses_the_pair_nvml_answers_and_is_absent_without_one():
+    # Prepare: GPU 0 has no maximum width, but its generation is below the maximum; GPU 1 has
+    # no maxima at all.
+    nvml = FakeNvml([FakeGpu(uuid=uuid_for("9e", 0), pcie_width_max=not_supported(), pcie_gen=3),
+                     FakeGpu(uuid=uuid_for("9e", 1), pcie_width_max=not_supported(),
+                             pcie_gen_max=not_supported())])
+    rig = Rig(nvml)
+    # Act
+    rig.cycle()
+    # Check
+    assert rig.value("pcie_link_downgraded", 0) == 1.0
+    assert rig.info(0)["pcie_link_width_max"] == ""
+    assert rig.value("pcie_link_downgraded", 1) is None
+    assert rig.value("pcie_link_width", 1) == 16.0
+
+
+def test_clock_events_have_a_series_per_active_reason_and_info_says_which_can_be_reported():
+    # Prepare: GPU 0 power-capped, GPU 1 without clock-event reasons at all
+    nvml = FakeNvml([FakeGpu(uuid=uuid_for("9e", 0), clock_reasons=0x4),
+                     FakeGpu(uuid=uuid_for("9e", 1), clock_reasons=not_supported())])
+    rig = Rig(nvml)
+    # Act
+    rig.cycle()
+    active_0 = rig.series("clock_event_active")
+    nvml.gpus[0].clock_reasons = 0  # the cap lifts
+    rig.cycle()
+    # Check
+    assert active_0 == [(rig.labels(0, reason="sw_power_cap"), 1.0)]
+    assert rig.series("clock_event_active") == []  # nothing active: no series, not zeros
+    assert "sw_power_cap" in rig.info(0)["clock_event_reasons"].split(",")
+    assert rig.info(1)["clock_event_reasons"] == ""  # absence on GPU 1 means unknown
 
 
 def test_memory_temperature_is_decoded_through_the_field_value_type():
@@ -266,7 +332,8 @@ def test_consumer_gpu_reports_the_series_it_has_and_no_others():
     assert rig.value("temperature_celsius", 0) == 58.0
     assert rig.value("memory_total_bytes", 0) == 24564 * MiB
     assert rig.value("memory_clock_hertz", 0) == pytest.approx(10.501e9)
-    assert rig.value("clock_event_active", 0, reason="display_clocks") == 0.0
+    assert rig.value("clock_event_active", 0, reason="display_clocks") is None  # not active
+    assert rig.info(0)["clock_event_reasons"].endswith(",hw_power_brake,display_clocks")
     assert rig.value("pcie_link_generation", 0) == 4.0
     for family in ("memory_temperature_celsius", "ecc_errors_volatile_total",
                    "ecc_errors_aggregate_total", "remapped_rows_total",
@@ -310,7 +377,8 @@ def test_old_driver_falls_back_to_the_older_calls_without_errors(old_bindings, c
     assert nvml.count("nvmlDeviceGetTemperature") == 3
     assert nvml.count("nvmlDeviceGetTemperatureV") == (0 if old_bindings else 1)
     assert rig.value("clock_event_active", 0, reason="sw_power_cap") == 1.0
-    assert rig.value("clock_event_active", 0, reason="gpu_idle") == 0.0
+    assert rig.value("clock_event_active", 0, reason="gpu_idle") is None
+    assert "gpu_idle" in rig.info(0)["clock_event_reasons"].split(",")
     assert nvml.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 3
     # the v1 struct: used includes the reserved memory, and there is no reserved figure
     assert rig.value("memory_used_bytes", 0) == (30_100 + 310) * MiB

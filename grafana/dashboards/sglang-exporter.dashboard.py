@@ -25,7 +25,8 @@ polls = [
                      d.UP_DOWN, w=12, h=6),
     d.timeseries("Poll errors by reason",
                  "Failed endpoint requests per second by endpoint and reason "
-                 "(connection_refused, timeout, http_status, too_large, network, parse).",
+                 "(connection_refused, timeout, http_status, too_large, network, parse). A "
+                 "pair's series starts at its first failure: empty means none yet.",
                  [(d.rate("sglang_obs_poll_errors_total", d.EX, "instance, endpoint, reason"),
                    "{{instance}} {{endpoint}} {{reason}}")],
                  d.REQ_PER_S, w=8, min_=0, bars=True),
@@ -106,7 +107,8 @@ sources = [
                        "{{instance}} Docker")],
                      d.UP_DOWN, w=12, h=5),
     d.timeseries("NVML errors by reason",
-                 "NVML failures per second by reason (gpu_lost, driver_not_loaded, ...).",
+                 "NVML failures per second by reason (gpu_lost, driver_not_loaded, ...); a "
+                 "reason's series starts at its first failure: empty means none yet.",
                  [(d.rate("sglang_obs_gpu_collection_errors_total", SELF, "instance, reason"),
                    "{{instance}} {{reason}}")], d.OPS, w=8, min_=0, bars=True),
     d.timeseries("NVML initialisations",

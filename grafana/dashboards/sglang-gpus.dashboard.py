@@ -72,12 +72,11 @@ compute = [
                   (per_gpu("sglang_obs_gpu_dram_bandwidth_ratio"), "GPU {{gpu}} DRAM bandwidth")],
                  d.RATIO, w=12, min_=0, max_=1),
     d.timeseries("Clocks",
-                 "SM and memory clocks per GPU against their maximum (dashed).",
+                 "SM and memory clocks per GPU; their maxima are constants, in the Inventory "
+                 "table (gpu_info). Why a clock is low: the clock-event reasons panel.",
                  [(per_gpu("sglang_obs_gpu_sm_clock_hertz"), "GPU {{gpu}} SM"),
-                  (per_gpu("sglang_obs_gpu_sm_clock_max_hertz"), "GPU {{gpu}} SM max"),
-                  (per_gpu("sglang_obs_gpu_memory_clock_hertz"), "GPU {{gpu}} memory"),
-                  (per_gpu("sglang_obs_gpu_memory_clock_max_hertz"), "GPU {{gpu}} memory max")],
-                 d.HERTZ, w=12, min_=0, overrides=d.dashed("B", "D")),
+                  (per_gpu("sglang_obs_gpu_memory_clock_hertz"), "GPU {{gpu}} memory")],
+                 d.HERTZ, w=12, min_=0),
 ]
 
 memory = [
@@ -108,8 +107,9 @@ thermal = [
                   (per_gpu("sglang_obs_gpu_power_limit_watts"), "GPU {{gpu}} limit")],
                  d.WATTS, w=12, min_=0, overrides=d.dashed("B")),
     d.state_timeline("Clock event (throttle) reasons",
-                     "Active NVML clock-event reasons per GPU; red: the alerting set "
-                     f"({THROTTLE_ALERTING}), blue: gpu_idle (benign).",
+                     "Active NVML clock-event reasons per GPU (a reason has a series only while "
+                     f"active); red: the alerting set ({THROTTLE_ALERTING}), blue: gpu_idle "
+                     "(benign).",
                      [(f"max by (gpu, reason) (sglang_obs_gpu_clock_event_active{{{G}}}) > 0",
                        "GPU {{gpu}} {{reason}}")],
                      d.value_mappings(((1, "active", "orange"),)), h=8,
@@ -146,27 +146,41 @@ errors = [
               "GPU {{gpu}} Xid {{xid}}")],
             unit=d.DATE, w=8, h=7, rename={"Value": "last seen"}),
     d.timeseries("PCIe link generation",
-                 "Current PCIe link generation per GPU against its maximum (dashed); links "
+                 "Current PCIe link generation per GPU (its maximum: Inventory table); links "
                  "downshift when idle.",
-                 [(per_gpu("sglang_obs_gpu_pcie_link_generation"), "GPU {{gpu}}"),
-                  (per_gpu("sglang_obs_gpu_pcie_link_generation_max"), "GPU {{gpu}} max")],
-                 d.NONE, w=8, h=7, min_=0, overrides=d.dashed("B")),
+                 [(per_gpu("sglang_obs_gpu_pcie_link_generation"), "GPU {{gpu}}")],
+                 d.NONE, w=8, h=7, min_=0),
     d.timeseries("PCIe link width and replays",
-                 "Current PCIe lanes against the maximum (dashed), and PCIe replays per second "
-                 "(signal integrity).",
+                 "Current PCIe lanes (the maximum: Inventory table), and PCIe replays per "
+                 "second (signal integrity).",
                  [(per_gpu("sglang_obs_gpu_pcie_link_width"), "GPU {{gpu}} lanes"),
-                  (per_gpu("sglang_obs_gpu_pcie_link_width_max"), "GPU {{gpu}} max lanes"),
                   (f"sum by (gpu) (rate(sglang_obs_gpu_pcie_replay_errors_total{{{G}}}"
                    "[$__rate_interval]))", "GPU {{gpu}} replays/s")],
-                 d.NONE, w=8, h=7, min_=0, overrides=d.dashed("B")),
+                 d.NONE, w=8, h=7, min_=0),
+    d.state_timeline("PCIe link below its maximum",
+                     "Per GPU: the link runs below its maximum width or generation (NVML current "
+                     "vs maximum, compared by the exporter); alerting only while the GPU is busy "
+                     "(GPUPCIeLinkDegraded), since links downshift at idle.",
+                     [(per_gpu("sglang_obs_gpu_pcie_link_downgraded"), "GPU {{gpu}}")],
+                     d.value_mappings(((0, "at max", "green"), (1, "below max", "orange"))),
+                     h=4),
 ]
 
 inventory = [
     d.table("GPUs",
-            "GPU identity: name, UUID, PCI bus, driver and CUDA versions, MIG mode.",
+            "GPU identity: name, UUID, PCI bus, driver and CUDA versions, MIG mode; and its "
+            "constant maxima: SM and memory clock (Hz), PCIe generation and lanes; and the "
+            "clock-event reasons NVML reports for it.",
             [(f"max by (gpu, uuid, name, pci_bus_id, driver_version, cuda_driver_version, "
-              f"mig_mode) (sglang_obs_gpu_info{{{G}}})", "GPU {{gpu}}")],
-            hide=("Time", "Value")),
+              f"mig_mode, sm_clock_max_hertz, memory_clock_max_hertz, pcie_link_generation_max, "
+              f"pcie_link_width_max, clock_event_reasons) (sglang_obs_gpu_info{{{G}}})",
+              "GPU {{gpu}}")],
+            hide=("Time", "Value"),
+            rename={"sm_clock_max_hertz": "SM clock max (Hz)",
+                    "memory_clock_max_hertz": "memory clock max (Hz)",
+                    "pcie_link_generation_max": "PCIe gen max",
+                    "pcie_link_width_max": "PCIe lanes max",
+                    "clock_event_reasons": "clock-event reasons reported"}),
 ]
 
 dashboard = d.dashboard(

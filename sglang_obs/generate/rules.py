@@ -589,18 +589,17 @@ or on (instance) (max by (instance) (sglang_obs_gpu_collector_up{{{e}}}) == 0
         Alert(
             "GPUPCIeLinkDegraded",
             f"""
-(sglang_obs_gpu_pcie_link_width{{{e}}} < sglang_obs_gpu_pcie_link_width_max{{{e}}}
- or sglang_obs_gpu_pcie_link_generation{{{e}}} < sglang_obs_gpu_pcie_link_generation_max{{{e}}})
+sglang_obs_gpu_pcie_link_downgraded{{{e}}} == 1
 and on (instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
             "A link below its maximum under load (links may downshift at idle to save power).",
             severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
             description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "
                         "its maximum width or generation under load.", dashboard="sglang-gpus",
-            fires_when="the GPU's PCIe link runs below its maximum width "
-                       "(`sglang_obs_gpu_pcie_link_width < sglang_obs_gpu_pcie_link_width_max`) "
-                       "or generation (`sglang_obs_gpu_pcie_link_generation < …_max`) while the "
-                       "GPU is busy (`sglang_obs_gpu_utilization_ratio > "
-                       f"{a['gpu_pcie_min_utilization']}`)"),
+            fires_when="the GPU's PCIe link runs below its maximum width or generation "
+                       "(`sglang_obs_gpu_pcie_link_downgraded == 1`: the exporter compares "
+                       "`pcie_link_width` and `pcie_link_generation` with the maxima in "
+                       "`sglang_obs_gpu_info`) while the GPU is busy "
+                       f"(`sglang_obs_gpu_utilization_ratio > {a['gpu_pcie_min_utilization']}`)"),
     )
 
 
