@@ -393,8 +393,9 @@ def render_markdown() -> str:
     lines += ["## Series removed or merged, and why", "",
               "Changes that carry the same facts in fewer series (each series is in the tables "
               "above as it is now), and the series kept on purpose. Counted with "
-              "`bench/series_count.py` when they were made: 8 H200 GPUs and one TP8 server, 410 "
-              "series before, 292 after; with eight DP1 servers, 858 before, 572 after.", "",
+              "`bench/series_count.py` (tests/test_series_count.py checks the \"after\" "
+              "figures): 8 H200 GPUs and one TP8 server, 410 series before, 292 after; with "
+              "eight DP1 servers, 858 before, 572 after.", "",
               "| series | change | why |", "|---|---|---|"]
     for series, change, why in SERIES_CHANGES:
         names = ", ".join(f"`{n}`" for n in series.split(", "))
