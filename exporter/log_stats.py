@@ -46,11 +46,15 @@ class LogSnapshot:
     context_buckets: tuple[int, ...]
     context_sum: float
     context_count: int
+    # Lines not parsed, by why: "too_long" (over MAX_LINE_BYTES, skipped unread) and
+    # "not_sglang" (not starting with SGLang's prefix). Both are in lines["unparsed"] too.
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class LogStats:
     lines: dict[str, int] = field(default_factory=dict)  # kind -> lines, from the first one
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> unparsed lines
     prefill_batches: int = 0
     prefill_new_tokens: int = 0
     prefill_cached_tokens: int = 0
@@ -82,10 +86,19 @@ class LogStats:
         with self._lock:
             self._feed(parsed, count)
 
+    def dropped_line(self, reason: str, n: int = 1) -> None:
+        """Account `n` lines that were not parsed at all, e.g. "too_long"."""
+        with self._lock:
+            self._drop(reason, n)
+
+    def _drop(self, reason: str, n: int) -> None:
+        self.lines["unparsed"] = self.lines.get("unparsed", 0) + n
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+
     def _feed(self, parsed: ParsedLine | None, count: bool) -> None:
         if parsed is None:
             if count:
-                self.lines["unparsed"] = self.lines.get("unparsed", 0) + 1
+                self._drop("not_sglang", 1)
             return
         if count:
             self.lines[parsed.kind] = self.lines.get(parsed.kind, 0) + 1
@@ -137,7 +150,7 @@ class LogStats:
                 capacity=dict(self.capacity), ready_timestamp=self.ready_timestamp,
                 last_line_timestamp=self.last_line_timestamp,
                 context_buckets=tuple(self._context_counts), context_sum=self._context_sum,
-                context_count=self._context_count)
+                context_count=self._context_count, dropped=dict(self.dropped))
 
 
 def _sum(per_rank: dict[int, dict], key: str) -> float | None:

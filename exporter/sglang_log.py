@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["KINDS", "MAX_MESSAGE_CHARS", "ParsedLine", "parse_line"]
+__all__ = ["KINDS", "MAX_LINE_BYTES", "MAX_MESSAGE_CHARS", "LineReader", "ParsedLine",
+           "parse_line"]
 
 KINDS = frozenset(
     {"prefill", "decode", "retraction", "capacity", "ready", "health_check_failed", "other"}
@@ -217,19 +218,97 @@ def _message(msg: str) -> tuple[str, dict[str, float | int | bool]]:
     return "other", {}
 
 
-# Another logger's wrapper in front of SGLang's line: `docker compose logs` ("sglang-1  | "),
-# the CRI format ("2026-…Z stdout F "), journald ("Nov 29 11:51:14 host python[123]: ").
-_WRAPPED_START = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+# Another logger's wrapper in front of SGLang's line, the only text a line may start with:
+# `docker compose logs` ("sglang-1  | "), a timestamp of `docker logs -t` or the CRI format
+# ("2026-…Z stdout F "), journald/syslog ("Nov 29 11:51:14 host python[123]: "). Anything else
+# before the prefix (a logged prompt that quotes a batch line, say) makes the line not SGLang's.
+_WRAPPER = re.compile(
+    r"[ \t]{0,8}"
+    r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,63} {1,32}\| )?"  # compose service
+    r"(?:"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})? (?:(?:stdout|stderr) [FP] )?"  # CRI, docker logs -t
+    r"|"
+    r"(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.,]{8,18}(?:Z|[+-][0-9]{2}:?[0-9]{2})?)"
+    r" \S{1,64} [^\s:\[\]]{1,64}(?:\[[0-9]{1,10}\])?: "  # journald, syslog
+    r")?"
+    r"[ \t]{0,8}(?=\[[0-9]{4}-[0-9]{2}-[0-9]{2} )",  # ...right before SGLang's prefix
+    re.ASCII,
+)
 MAX_WRAPPER = 120
+
+# The longest line read at all. SGLang's own lines are far shorter; a longer one (a logged
+# prompt, a dump) is skipped whole by the readers (`LineReader`) and counted, never parsed.
+MAX_LINE_BYTES = 64 * 1024
+
+
+class LineReader:
+    """Cuts a byte stream, fed in chunks of any size, into lines of at most `max_line` bytes
+    (without the newline). A longer line is skipped whole, up to its newline however far that
+    is, and counted in `too_long`: its bytes are never held, so memory stays within one chunk
+    plus `max_line` whatever the stream holds, and no tail of it can pass for a line of its own.
+    """
+
+    __slots__ = ("max_line", "too_long", "_partial", "_skipping")
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES):
+        self.max_line = max_line
+        self.too_long = 0
+        self._partial = bytearray()  # the start of a line whose newline has not come yet
+        self._skipping = False  # inside a too-long line: drop everything to the next newline
+
+    def reset(self) -> None:
+        """Forget the unfinished line (the stream starts again, e.g. after a truncation)."""
+        self._partial.clear()
+        self._skipping = False
+
+    def skip_to_newline(self) -> None:
+        """The stream starts inside a line (a read began mid-file): drop up to its newline."""
+        self._partial.clear()
+        self._skipping = True
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        parts = chunk.split(b"\n")
+        rest = parts.pop()
+        lines: list[bytes] = []
+        if parts:
+            first = parts[0]
+            if self._skipping:
+                self._skipping = False
+            elif len(self._partial) + len(first) > self.max_line:
+                self.too_long += 1
+            else:
+                lines.append(bytes(self._partial) + first if self._partial else first)
+            self._partial.clear()
+            for i in range(1, len(parts)):
+                if len(parts[i]) > self.max_line:
+                    self.too_long += 1
+                else:
+                    lines.append(parts[i])
+        if not self._skipping:
+            if len(self._partial) + len(rest) > self.max_line:
+                self._partial.clear()
+                self._skipping = True
+                self.too_long += 1
+            else:
+                self._partial += rest
+        return lines
+
+    def finish(self) -> bytes | None:
+        """At the end of the stream: its last line if that had no newline, else None."""
+        last = bytes(self._partial) if self._partial and not self._skipping else None
+        self.reset()
+        return last
 
 
 def _parse(line: str) -> ParsedLine | None:
     m = _PREFIX.match(line)
     if m is None:
-        start = _WRAPPED_START.search(line, 0, MAX_WRAPPER + 21)
-        if start is None or start.start() > MAX_WRAPPER:
+        wrapper = _WRAPPER.match(line)
+        if wrapper is None or wrapper.end() > MAX_WRAPPER:
             return None
-        m = _PREFIX.match(line, start.start())
+        m = _PREFIX.match(line, wrapper.end())
         if m is None:
             return None
     year, month, day, hour, minute, second, ms, rank_text = m.groups()
@@ -247,7 +326,9 @@ def _parse(line: str) -> ParsedLine | None:
 
 
 def parse_line(line: str) -> ParsedLine | None:
-    """Parse one log line; None when it lacks the `[YYYY-MM-DD HH:MM:SS…] ` prefix.
+    """Parse one log line; None when it does not start with the `[YYYY-MM-DD HH:MM:SS…] `
+    prefix (after one of the known wrappers). The readers (`LineReader`) never pass a line
+    over `MAX_LINE_BYTES`; a longer one given here is at most kind "other".
 
     A prefixed line that is none of the known kinds (or is malformed) is kind "other".
     Never raises: bytes are decoded leniently, anything else yields None.
