@@ -6,6 +6,10 @@ the pending-token, queue, running and full-token peaks with their times, the lon
 queueing, and the top windows of sustained pressure. `--json` prints the same as a stable
 document (fields in docs/log-analysis.md); `--csv-per-minute` writes a per-minute table.
 Only numbers are read from the lines: no prompt text can reach the output.
+
+Memory stays bounded whatever the files hold: they are read in chunks (a gzipped one
+decompressed as a stream), a line over MAX_LINE_BYTES is skipped whole and counted
+(`lines.too_long`), and per line only numbers are kept.
 """
 
 from __future__ import annotations
@@ -13,16 +17,21 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
+import stat
 import statistics
 import sys
+import zlib
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sglang_obs.exporter.sglang_log import ParsedLine, parse_line
+from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, ParsedLine, parse_line
 
 SCHEMA_VERSION = 1
+CHUNK_BYTES = 1024 * 1024
 TOP_WINDOWS = 5
 CSV_COLUMNS = ("minute", "prefill_batches", "new_tokens", "cached_tokens", "pending_peak",
                "queue_peak", "running_peak", "full_token_peak", "gen_throughput_mean",
@@ -55,7 +64,8 @@ class Minute:
     queue_peak: float = 0
     running_peak: float = 0
     full_token_peak: float = 0
-    gen_throughputs: list[float] = field(default_factory=list)
+    gen_throughput_sum: float = 0.0
+    gen_throughput_count: int = 0
     retracted_requests: int = 0
 
     @property
@@ -70,7 +80,8 @@ class Analysis:
     parsed: dict[str, int] = field(default_factory=dict)
     first: datetime | None = None
     last: datetime | None = None
-    contexts: list[tuple[datetime | None, int]] = field(default_factory=list)
+    too_long: int = 0  # lines over MAX_LINE_BYTES, skipped unread (also in parsed["unparsed"])
+    contexts: array = field(default_factory=lambda: array("q"))  # 8 bytes per request
     new_tokens: int = 0
     cached_tokens: int = 0
     pending: Peak = field(default_factory=Peak)
@@ -82,6 +93,12 @@ class Analysis:
     longest_queueing_from: datetime | None = None
     _queue_since: dict[int, datetime] = field(default_factory=dict)  # per DP rank
     minutes: dict[datetime, Minute] = field(default_factory=dict)
+
+    def skipped(self, n: int) -> None:
+        """`n` lines too long to read: counted, not parsed."""
+        self.lines += n
+        self.too_long += n
+        self.parsed["unparsed"] = self.parsed.get("unparsed", 0) + n
 
     def feed(self, parsed: ParsedLine | None) -> None:
         self.lines += 1
@@ -113,14 +130,15 @@ class Analysis:
             minute.new_tokens += new
             minute.cached_tokens += cached
             if f.get("new_seq") == 1:
-                self.contexts.append((ts, new + cached))
+                self.contexts.append(new + cached)
             self.pending.see(f.get("pending_token"), ts)
             minute.pending_peak = max(minute.pending_peak, f.get("pending_token", 0))
         else:
             self.full_tokens.see(f.get("num_token"), ts)
             minute.full_token_peak = max(minute.full_token_peak, f.get("num_token", 0))
             if "gen_throughput" in f:
-                minute.gen_throughputs.append(f["gen_throughput"])
+                minute.gen_throughput_sum += f["gen_throughput"]
+                minute.gen_throughput_count += 1
 
     def _queueing(self, rank: int, queue: float | None, ts: datetime) -> None:
         """A run lasts from the first batch line with a queue to the first one without."""
@@ -170,12 +188,13 @@ class Analysis:
         return docs[:TOP_WINDOWS]
 
     def document(self) -> dict:
-        contexts = [c for _, c in self.contexts]
+        contexts = self.contexts
         total = self.new_tokens + self.cached_tokens
         return {
             "schema_version": SCHEMA_VERSION,
             "files": self.files,
-            "lines": {"total": self.lines, **dict(sorted(self.parsed.items()))},
+            "lines": {"total": self.lines, **dict(sorted(self.parsed.items())),
+                      "too_long": self.too_long},
             "time_range": {"from": _iso(self.first), "to": _iso(self.last)},
             "context_tokens": {
                 "requests": len(contexts),
@@ -199,25 +218,66 @@ class Analysis:
     def per_minute_rows(self) -> Iterator[list]:
         for minute in sorted(self.minutes):
             m = self.minutes[minute]
-            gen = statistics.fmean(m.gen_throughputs) if m.gen_throughputs else ""
+            gen = (m.gen_throughput_sum / m.gen_throughput_count if m.gen_throughput_count
+                   else "")
             yield [_iso(minute), m.prefill_batches, m.new_tokens, m.cached_tokens,
                    m.pending_peak, m.queue_peak, m.running_peak, m.full_token_peak,
                    round(gen, 2) if gen != "" else "", m.retracted_requests]
 
 
-def _open(path: Path):
-    with open(path, "rb") as probe:
-        gz = probe.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
+class UnreadableLog(Exception):
+    """A file that cannot be read to its end; str() is one line that names it."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+
+
+def check_path(path: Path) -> str | None:
+    """Why `path` cannot be analysed (None if it can): it must be a regular file or a pipe."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as err:
+        return f"cannot stat: {err.strerror or type(err).__name__}"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory"
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        return "not a regular file"  # /dev/zero and the like would never end
+    return None
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """The file's bytes in chunks of at most CHUNK_BYTES, gunzipped as a stream if gzipped."""
+    try:
+        with open(path, "rb") as raw:
+            gz = raw.peek(2)[:2] == b"\x1f\x8b"
+            fh = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+            while chunk := fh.read(CHUNK_BYTES):
+                yield chunk
+    except EOFError:
+        raise UnreadableLog(path, "truncated gzip file (it ends before its end-of-stream "
+                                  "marker)") from None
+    except (gzip.BadGzipFile, zlib.error):
+        raise UnreadableLog(path, "corrupt gzip data") from None
+    except OSError as err:
+        raise UnreadableLog(path, err.strerror or type(err).__name__) from None
 
 
 def analyze(paths: Iterable[Path]) -> Analysis:
     result = Analysis()
     for path in paths:
         result.files.append(str(path))
-        with _open(path) as fh:
-            for line in fh:
-                result.feed(parse_line(line.rstrip(b"\r\n")))
+        reader = LineReader(MAX_LINE_BYTES)
+        for chunk in _chunks(path):
+            before = reader.too_long
+            for line in reader.feed(chunk):
+                result.feed(parse_line(line.rstrip(b"\r")))
+            if reader.too_long != before:
+                result.skipped(reader.too_long - before)
+        last = reader.finish()  # a last line without a newline
+        if last is not None:
+            result.feed(parse_line(last.rstrip(b"\r")))
     result.finish()
     return result
 
@@ -232,7 +292,9 @@ def text_report(doc: dict) -> str:
     hit = t["cache_hit_ratio"]
     lines = [
         f"Log: {doc['lines']['total']:,} lines from {doc['time_range']['from']} to "
-        f"{doc['time_range']['to']} ({', '.join(doc['files'])})",
+        f"{doc['time_range']['to']} ({', '.join(doc['files'])})"
+        + (f"; {doc['lines']['too_long']:,} over {MAX_LINE_BYTES // 1024} KiB skipped"
+           if doc["lines"]["too_long"] else ""),
         "",
         f"Effective context per request (#new-seq: 1 prefills, {c['requests']:,}): "
         + ("—" if not c["requests"] else
@@ -263,18 +325,22 @@ def text_report(doc: dict) -> str:
 
 def main(files: list[str], as_json: bool, csv_out: str | None) -> int:
     paths = [Path(f) for f in files]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        print(f"sglang-obs analyze-log: no such file: {', '.join(missing)}", file=sys.stderr)
+    bad = [(p, why) for p in paths if (why := check_path(p)) is not None]
+    if bad:
+        for p, why in bad:
+            print(f"sglang-obs analyze-log: {p}: {why}", file=sys.stderr)
         return 2
     try:
         result = analyze(paths)
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        print(f"sglang-obs analyze-log: cannot read: {err}", file=sys.stderr)
+    except UnreadableLog as err:
+        print(f"sglang-obs analyze-log: cannot read {err}", file=sys.stderr)
         return 2
     doc = result.document()
     if result.first is None:
-        print("sglang-obs analyze-log: no SGLang scheduler lines found", file=sys.stderr)
+        skipped = (f" ({result.too_long:,} line{'s' if result.too_long > 1 else ''} over "
+                   f"{MAX_LINE_BYTES // 1024} KiB skipped)" if result.too_long else "")
+        print(f"sglang-obs analyze-log: no SGLang scheduler lines found{skipped}",
+              file=sys.stderr)
         return 1
     if csv_out:
         with open(csv_out, "w", newline="") as fh:
