@@ -18,7 +18,12 @@ from prometheus_client.core import (
 )
 
 from sglang_obs.exporter import labels
-from sglang_obs.exporter.sglang_exposition import MAX_FULL_LINES, MAX_LINES
+from sglang_obs.exporter.sglang_exposition import (
+    MAX_FULL_CHARS,
+    MAX_FULL_LINES,
+    MAX_LINE_CHARS,
+    MAX_LINES,
+)
 
 PREFIX = "sglang_obs_"
 
@@ -105,9 +110,10 @@ METRICS: tuple[MetricSpec, ...] = (
        HEALTH),
     _m("native_lines_dropped_total", "counter", (*SERVER, "reason"),
        "Lines of the server's /metrics answers not used, by reason: malformed (not a readable "
-       f"sample) or over_limit (after the scan's bound of {MAX_LINES:,} lines, or "
-       f"{MAX_FULL_LINES:,} read in full, per answer). A reason's series appears with its "
-       "first dropped line.", HEALTH),
+       f"sample) or over_limit (a line over {MAX_LINE_CHARS:,} characters, or one after "
+       f"the scan's bounds per answer: {MAX_LINES:,} lines, {MAX_FULL_LINES:,} or "
+       f"{MAX_FULL_CHARS >> 20} Mi characters read in full). A reason's series appears with "
+       "its first dropped line.", HEALTH),
     _m("derived_values_dropped_total", "counter", (*SERVER, "signal"),
        "Values of a derived signal (kv_used_tokens, kv_occupancy_ratio, running_requests, "
        "...) dropped because they were outside their domain: not finite, a negative count or "

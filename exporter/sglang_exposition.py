@@ -16,9 +16,11 @@ label order, escapes, timestamps, OpenMetrics exemplars). Lines of other names a
 sample whose labels or value do not parse) is skipped and counted in `malformed_lines`.
 
 The work per answer is bounded whatever the body holds: at most MAX_LINES lines are scanned,
-and at most MAX_FULL_LINES of them read in full (wanted samples, rare shapes, junk: the costly
-path). The scan stops at whichever bound comes first; the lines after it are not read and are
-counted in `lines_over_limit`. A real answer has ~1,000 lines, ~40 of them read in full.
+and at most MAX_FULL_LINES of them, MAX_FULL_CHARS characters in all, read in full (wanted
+samples, rare shapes, junk: the costly path). The scan stops at whichever bound comes first;
+the lines after it are not read. A line longer than MAX_LINE_CHARS (a label value of megabytes)
+is skipped unread. Both are counted in `lines_over_limit`. A real answer has ~1,000 lines of
+at most a few hundred characters, ~40 of them read in full.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ SCHEDULER_PRESENCE = ("num_running_reqs", "num_queue_reqs")
 # Work bounds per answer (see the module docstring).
 MAX_LINES = 200_000
 MAX_FULL_LINES = 20_000
+MAX_FULL_CHARS = 1 << 20
+MAX_LINE_CHARS = 64 << 10
 
 class ExpositionError(ValueError):
     """The body is not a Prometheus/OpenMetrics exposition. The message never quotes it."""
@@ -187,13 +191,15 @@ def _lines_in(text: str) -> int:
     return text.count("\n") + (0 if not text or text.endswith("\n") else 1)
 
 
-def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES) -> NativeMetrics:
+def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES,
+          max_full_chars: int = MAX_FULL_CHARS, max_line: int = MAX_LINE_CHARS) -> NativeMetrics:
     codes = _NAME_CODES.get
     count = 0
     bits = 0
     malformed = 0
     first_malformed = None
     full = 0  # lines read in full so far
+    full_chars = 0  # and their characters
     over = 0
     kept: list[tuple[int, dict[str, str], float]] = []  # wanted samples: code, raw labels, value
     lines = text.split("\n", max_lines)
@@ -201,6 +207,9 @@ def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES)
         over = _lines_in(lines.pop())
     for index, line in enumerate(lines):
         if not line or line[0] == "#":
+            continue
+        if len(line) > max_line:
+            over += 1
             continue
         heavy = False  # this line already counted as read in full
         i = line.find("{")
@@ -211,8 +220,9 @@ def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES)
                 code = _learn(name)
             if code > 3:
                 full += 1
+                full_chars += len(line)
                 heavy = True
-                if full > max_full:
+                if full > max_full or full_chars > max_full_chars:
                     over += _over_from(lines, index)
                     break
                 match = _LABEL_SET.match(line, i)
@@ -252,7 +262,8 @@ def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES)
         # Anything else (leading blanks, `{"name", ...}`, wanted samples of a rarer shape, junk).
         if not heavy:
             full += 1
-            if full > max_full:
+            full_chars += len(line)
+            if full > max_full or full_chars > max_full_chars:
                 over += _over_from(lines, index)
                 break
         try:
