@@ -17,6 +17,14 @@ from prometheus_client.core import (
     InfoMetricFamily,
 )
 
+from sglang_obs.exporter import labels
+from sglang_obs.exporter.sglang_exposition import (
+    MAX_FULL_CHARS,
+    MAX_FULL_LINES,
+    MAX_LINE_CHARS,
+    MAX_LINES,
+)
+
 PREFIX = "sglang_obs_"
 
 # `server` is the SGLang target's host:port. The exporter's scrape job copies it into `instance`
@@ -84,7 +92,7 @@ METRICS: tuple[MetricSpec, ...] = (
        "Time the collector took to render its series in this scrape.", HEALTH),
     _m("up", "gauge", SERVER,
        "1 if the last poll got a valid answer from the SGLang server (/metrics or the load "
-       "endpoint), else 0.", HEALTH),
+       "endpoint), else 0; /server_info and /v1/models never change it.", HEALTH),
     _m("last_poll_success_timestamp_seconds", "gauge", SERVER,
        "Unix time of the last poll that got a valid answer.", HEALTH),
     _m("poll_duration_seconds", "gauge", SERVER,
@@ -92,10 +100,25 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("polls_total", "counter", SERVER, "Poll cycles run against the server.", HEALTH),
     _m("poll_errors_total", "counter", (*SERVER, "endpoint", "reason"),
        "Failed endpoint requests by endpoint (metrics, loads, server_info, models) and reason "
-       "(connection_refused, timeout, http_status, too_large, network, parse). A pair's series "
+       "(connection_refused; timeout: no complete answer within --sglang.timeout; "
+       "http_status: not 2xx, redirects included, none is followed; too_large: body, headers "
+       "or trailers over their bounds; protocol: not HTTP/1.x framing; network; parse: not "
+       "the expected payload, or a field of the wrong type, counted once per answer). A "
+       "pair's series "
        "appears with its first failure (no zeros are pre-filled: no rule needs them), so "
        "rate()/increase() count from its second; the series' existence shows the first.",
        HEALTH),
+    _m("native_lines_dropped_total", "counter", (*SERVER, "reason"),
+       "Lines of the server's /metrics answers not used, by reason: malformed (not a readable "
+       f"sample) or over_limit (a line over {MAX_LINE_CHARS:,} characters, or one after "
+       f"the scan's bounds per answer: {MAX_LINES:,} lines, {MAX_FULL_LINES:,} or "
+       f"{MAX_FULL_CHARS >> 20} Mi characters read in full). A reason's series appears with "
+       "its first dropped line.", HEALTH),
+    _m("derived_values_dropped_total", "counter", (*SERVER, "signal"),
+       "Values of a derived signal (kv_used_tokens, kv_occupancy_ratio, running_requests, "
+       "...) dropped because they were outside their domain: not finite, a negative count or "
+       "token number, a ratio outside [0, 1]. The signal then has no series (or one from the "
+       "next source); a signal's series appears with its first drop.", HEALTH),
     _m("native_metrics_info", "info", (*SERVER, "spelling"),
        "How the server's own /metrics names its series: spelling is colon (sglang:), "
        "underscore (sglang_), mixed, or none (no SGLang series: metrics off or not yet "
@@ -374,6 +397,39 @@ SERIES_CHANGES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _listed(values, case=str) -> str:
+    return ", ".join(f"`{case(v)}`" for v in sorted(values))
+
+
+# How label values that come from an SGLang server are made safe (exporter/labels.py).
+LABEL_VALUES_SECTION = [
+    "## Label values that come from SGLang", "",
+    "`model_name` and the `sglang_obs_server_config_info` labels are chosen by the server (or "
+    "by something posing as one), so they are checked before they become label values:", "",
+    "- **Length and characters.** A value of at most 128 printable characters is kept as it "
+    "is. A longer one, or one holding a control or other non-printable character, becomes its "
+    "first 100 characters (each non-printable one as `_`), `~` and the first 12 hex digits of "
+    "the SHA-256 of the whole value, e.g. `aaaa…aaaa~3f9a0c1b2d4e`.",
+    "- **Paths.** A `model_name` that is a local path (it starts with `/`, `~` or `.`, or holds "
+    "`\\`, `://` or more than one `/`) is reduced to its last component: "
+    "`/models/Qwen3.6-27B` becomes `Qwen3.6-27B`. A Hugging Face id (`Qwen/Qwen3-32B`, one `/`) "
+    "is kept, so it still equals the `model_name` label of SGLang's own series; for a local "
+    "path SGLang's own series carry the full path, so join those on `instance` alone.",
+    "- **Credentials.** A value that looks like one (`token=`, `key=`, `password`, `secret`, "
+    "`bearer`, a Hugging Face `hf_…`, `sk-…` or GitHub token, a JWT, URL userinfo "
+    "`user:pw@`) is never exported, not even in part: it becomes `redacted`.",
+    "- **Enumerated fields.** `version` must look like a release number (digits and dots, "
+    "optionally `post`, `rc`, `dev`, `a`, `b` with a number: `0.4.6.post5`); "
+    f"`schedule_policy` one of SGLang's policies ({_listed(labels.SCHEDULE_POLICIES)}); "
+    f"`kv_cache_dtype` a known dtype ({_listed(labels.KV_CACHE_DTYPES)}); "
+    f"`speculative_algorithm` a known algorithm "
+    f"({_listed(labels.SPECULATIVE_ALGORITHMS, str.upper)}); `disaggregation_mode` "
+    f"{_listed(labels.DISAGGREGATION_MODES)}. Any other value becomes `other`; an absent one "
+    "is empty.",
+    "",
+]
+
+
 def render_markdown() -> str:
     lines = [
         "# Exporter metrics",
@@ -390,6 +446,7 @@ def render_markdown() -> str:
             labels = ", ".join(f"`{label}`" for label in spec.labels) or "—"
             lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
         lines.append("")
+    lines += LABEL_VALUES_SECTION
     lines += ["## Series removed or merged, and why", "",
               "Changes that carry the same facts in fewer series (each series is in the tables "
               "above as it is now), and the series kept on purpose. Counted with "

@@ -111,6 +111,10 @@ def _boolean(text: str) -> bool:
 class _Parser(argparse.ArgumentParser):
     """Adds flags whose default comes from the env variable, named in the help text."""
 
+    def error(self, message):
+        """One line on stderr and exit status 2 (argparse's usage block hides the message)."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
     def flag(self, name, *, type=str, default=None, help, repeatable=False):  # noqa: A002
         """`default` is text, converted by `type` like a value from the command line."""
         env = env_name(name)
@@ -160,13 +164,20 @@ def build_parser() -> _Parser:
     )
     parser._env_lists = {}
     parser.flag("--web.listen-address", type=listen_address, default=DEFAULT_LISTEN,
-                help="Address to serve metrics on: [host]:port; use 127.0.0.1:PORT to stay local.")
+                help="Address to serve metrics on: [host]:port. The default, with no host, "
+                "listens on every IPv4 interface (0.0.0.0), as a container needs; outside a "
+                "container use 127.0.0.1:PORT to stay local (see docs/security.md).")
     parser.flag("--web.telemetry-path", default="/metrics",
                 help="Path under which the metrics are served.")
     parser.flag("--sglang.url", type=url, repeatable=True,
                 help="Base URL of an SGLang server (http://host:port, the --port SGLang serves "
                 "its API and /metrics on). Repeat for several servers; the env variable takes a "
                 "comma-separated list.")
+    parser.flag("--sglang.api-key-file",
+                help="File holding SGLang's API key (its --api-key), sent to every "
+                "--sglang.url server as 'Authorization: Bearer KEY'. The key is never shown on "
+                "the landing page, in /metrics or in the log. Credentials in --sglang.url "
+                "itself are refused.")
     parser.flag("--sglang.poll-interval", type=duration, default="1s",
                 help="How often each server's /metrics and load endpoint are polled. Keep it "
                 "well below the scrape interval so short queueing episodes are seen.")
@@ -225,6 +236,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest = dest_name(flag)
         if getattr(args, dest) is None:
             setattr(args, dest, parser._env_lists[flag])
+    args.sglang_api_key = (read_api_key(parser, args.sglang_api_key_file)
+                           if args.sglang_api_key_file else None)
     if args.log_level not in ("debug", "info", "warn", "warning", "error"):
         parser.error(f"--log.level: unknown level {args.log_level!r}")
     if not args.web_telemetry_path.startswith("/") or args.web_telemetry_path == "/":
@@ -253,6 +266,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             resolved.append((target, value))
         setattr(args, dest, resolved)
     return args
+
+
+MAX_API_KEY_BYTES = 4096
+
+
+def read_api_key(parser: _Parser, path: str) -> str:
+    """The key in `path`, surrounding whitespace removed; a parser error (naming the file, never
+    its content) unless it is one line of printable ASCII, as an HTTP header value must be."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_API_KEY_BYTES + 1)
+    except OSError as err:
+        parser.error(f"--sglang.api-key-file {path}: cannot read it ({err.strerror})")
+    key = raw.strip()
+    if not key or len(raw) > MAX_API_KEY_BYTES:
+        parser.error(f"--sglang.api-key-file {path}: empty or over {MAX_API_KEY_BYTES} bytes")
+    if not all(0x21 <= b <= 0x7E for b in key):
+        parser.error(f"--sglang.api-key-file {path}: the key must be one word of printable "
+                     "ASCII (no spaces, line breaks or control characters)")
+    return key.decode("ascii")
 
 
 def gpu_sampler(args, on_change) -> GpuSampler | None:
@@ -290,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         server_info_interval=args.sglang_server_info_interval,
         timeout=args.sglang_timeout,
         max_response_bytes=args.sglang_max_response_bytes,
+        api_key=args.sglang_api_key,
     )
     stop = threading.Event()
     registry = CollectorRegistry()

@@ -47,7 +47,7 @@ class SGLangCollector:
 def _health(snapshots: list[Snapshot]):
     build = _family("exporter_build_info")
     build.add_metric([], {"version": __version__})
-    up, last, duration, polls, errors, spelling, present = (
+    up, last, duration, polls, errors, spelling, present, lines, dropped = (
         _family(n)
         for n in (
             "up",
@@ -57,6 +57,8 @@ def _health(snapshots: list[Snapshot]):
             "poll_errors_total",
             "native_metrics_info",
             "scheduler_metrics_present",
+            "native_lines_dropped_total",
+            "derived_values_dropped_total",
         )
     )
     for snap in snapshots:
@@ -69,10 +71,14 @@ def _health(snapshots: list[Snapshot]):
             duration.add_metric(labels, snap.poll_duration_seconds)
         for (endpoint, reason), count in sorted(snap.errors.items()):
             errors.add_metric([snap.server, endpoint, reason], count)
+        for reason, count in sorted(snap.lines_dropped.items()):
+            lines.add_metric([snap.server, reason], count)
+        for signal, count in sorted(snap.derived_dropped.items()):
+            dropped.add_metric([snap.server, signal], count)
         if snap.native_spelling is not None:
             spelling.add_metric(labels, {"spelling": snap.native_spelling})
             present.add_metric(labels, 1.0 if snap.scheduler_metrics_present else 0.0)
-    yield from (build, up, last, duration, polls, errors, spelling, present)
+    yield from (build, up, last, duration, polls, errors, spelling, present, lines, dropped)
 
 
 # Derived field -> metric short name.

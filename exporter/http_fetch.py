@@ -1,34 +1,55 @@
-"""Bounded HTTP GET for polling SGLang.
+"""Bounded HTTP GET for polling SGLang, on raw sockets.
 
 SGLang is polled every second from a background thread, so one slow or hostile answer must
-never stall the loop or eat memory: every request has a connect/read timeout, an overall
-deadline (a server that drips one byte per second defeats a socket timeout alone) and a cap
-on the body size. Failures are raised as FetchError with a short, fixed `reason` that becomes
-a metric label, so the label set stays bounded.
+never stall the loop, spin the CPU or eat memory. One deadline (`timeout`) covers the whole
+exchange: connect, TLS handshake, the request, the status line, the headers, chunked framing
+(chunk-size lines and trailers included) and the body. Before every read the socket timeout is
+set to the time left, so a server that drips one byte a second is cut off at the deadline
+wherever it drips. The status line, each header line, the number of header lines and their
+total size, chunk-size lines and trailers are bounded, and so is the body (`max_bytes`).
+
+No redirect is followed: a 3xx is an `http_status` error like any other non-2xx answer, so a
+request only ever goes to the scheme, host and port it was given. The request asks for an
+uncompressed body and closes the connection after one exchange.
+
+Failures are raised as FetchError with a short, fixed `reason` that becomes a metric label, so
+the label set stays bounded, and a `detail` that says what was wrong and where, never the
+bytes the server sent (a status or exposition line may hold a secret).
+
+Name resolution is the system resolver's (getaddrinfo), bounded by its own timeouts, not by
+this deadline: configure targets by IP address or by a name the local resolver answers fast.
 """
 
 from __future__ import annotations
 
-import http.client
+import select
 import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-# Reasons are metric label values: keep this list closed (collector pre-initialises them).
+# Reasons are metric label values: keep this list closed.
 FETCH_ERROR_REASONS = (
     "connection_refused",
     "timeout",
     "http_status",
     "too_large",
+    "protocol",  # not HTTP/1.x as RFC 9112 frames it (status line, headers, chunks)
     "network",
 )
 
 # Ask for the classic text format: prometheus_client >= 0.23 then keeps the `sglang:` colons.
 METRICS_ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 
-_CHUNK = 64 * 1024
+# Bounds on everything but the body (the body is bounded by the caller's max_bytes).
+MAX_LINE_BYTES = 8 * 1024  # status line, one header or trailer line, one chunk-size line
+MAX_HEADER_LINES = 100  # header lines, trailers counted separately with the same bound
+MAX_HEADER_BYTES = 64 * 1024  # all header lines together; the same again for all trailers
+MAX_CHUNK_SIZE_DIGITS = 16  # hex digits of one chunk size (16: up to 2**64 - 1)
+
+_RECV = 64 * 1024
 
 
 class FetchError(Exception):
@@ -48,45 +69,251 @@ class Response:
     body: bytes
 
 
-def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*") -> Response:
-    """GET `url`; return a 2xx response or raise FetchError. Never raises anything else."""
+def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*",
+          headers: Mapping[str, str] | None = None) -> Response:
+    """GET `url`; return a 2xx response or raise FetchError. Never raises anything else.
+
+    `headers` are added to the request (e.g. Authorization); they are never logged or echoed.
+    """
     deadline = time.monotonic() + timeout
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "sglang-obs"})
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FetchError("network", "not an http(s) URL")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 (http only)
-            length = resp.headers.get("Content-Length")
-            if length and length.isdigit() and int(length) > max_bytes:
-                raise FetchError("too_large", f"Content-Length {length} > {max_bytes} bytes")
-            body = _read_bounded(resp, deadline, max_bytes)
-            return Response(resp.status, resp.headers.get("Content-Type", ""), body)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise FetchError("network", "bad port in URL") from None
+    request = _request(parts, accept, headers or {})
+    sock = None
+    try:
+        sock = _connect(parts.hostname, port, deadline)
+        if parts.scheme == "https":
+            sock = _tls(sock, parts.hostname, deadline)
+        reader = _Reader(sock, deadline)
+        reader.send(request)
+        return _response(reader, max_bytes)
     except FetchError:
         raise
-    except urllib.error.HTTPError as err:
-        raise FetchError("http_status", f"HTTP {err.code}", status=err.code) from None
-    except urllib.error.URLError as err:
-        raise _classify(err.reason) from None
-    except (OSError, http.client.HTTPException, ValueError) as err:
-        raise _classify(err) from None
+    except ConnectionRefusedError:
+        raise FetchError("connection_refused", "connection refused") from None
+    except TimeoutError:
+        raise FetchError("timeout", "no complete answer before the deadline") from None
+    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError; never echo its text
+        raise FetchError("network", type(err).__name__) from None
+    finally:
+        if sock is not None:
+            sock.close()
 
 
-def _read_bounded(resp, deadline: float, max_bytes: int) -> bytes:
+def _request(parts: urllib.parse.SplitResult, accept: str, extra: Mapping[str, str]) -> bytes:
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    if parts.port:
+        host += f":{parts.port}"
+    fields = {"Host": host, "Accept": accept, "Accept-Encoding": "identity",
+              "User-Agent": "sglang-obs", "Connection": "close", **extra}
+    lines = [f"GET {path} HTTP/1.1"]
+    for name, value in fields.items():
+        if any(c in f"{name}{value}" for c in "\r\n\0"):
+            raise FetchError("network", f"request header {name} holds a line break")
+        lines.append(f"{name}: {value}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise FetchError("timeout", "no complete answer before the deadline")
+    return left
+
+
+def _connect(host: str, port: int, deadline: float) -> socket.socket:
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port,
+                                                              type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except ConnectionRefusedError as err:
+            error = err
+        except FetchError:
+            sock.close()
+            raise
+        except OSError as err:
+            error = err
+        sock.close()
+    raise error or OSError("no address")
+
+
+def _tls(sock: socket.socket, host: str, deadline: float) -> ssl.SSLSocket:
+    """TLS handshake under the deadline: non-blocking, so a dripping handshake cannot stretch
+    it (a blocking handshake would give every read its own timeout)."""
+    context = ssl.create_default_context()
+    tls = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    tls.setblocking(False)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            ready = select.select([tls], [], [], _left(deadline))[0]
+        except ssl.SSLWantWriteError:
+            ready = select.select([], [tls], [], _left(deadline))[1]
+        if not ready:
+            raise FetchError("timeout", "TLS handshake not done before the deadline")
+    tls.setblocking(True)
+    return tls
+
+
+class _Reader:
+    """Buffered reads from one socket, each under what is left of the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock = sock
+        self.deadline = deadline
+        self._buf = bytearray()
+        self.eof = False
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            self._sock.settimeout(_left(self.deadline))
+            sent = self._sock.send(view)
+            view = view[sent:]
+
+    def _fill(self) -> bool:
+        """Read once more into the buffer; False at end of stream."""
+        if self.eof:
+            return False
+        self._sock.settimeout(_left(self.deadline))
+        data = self._sock.recv(_RECV)
+        if not data:
+            self.eof = True
+            return False
+        self._buf += data
+        return True
+
+    def line(self, limit: int, what: str) -> bytes:
+        """One line without its CRLF (or bare LF); FetchError past `limit` bytes or at EOF."""
+        start = 0
+        while True:
+            end = self._buf.find(b"\n", start)
+            if end >= 0:
+                if end + 1 > limit:
+                    break
+                line = bytes(self._buf[:end])
+                del self._buf[:end + 1]
+                return line[:-1] if line.endswith(b"\r") else line
+            if len(self._buf) > limit:
+                break
+            start = len(self._buf)
+            if not self._fill():
+                raise FetchError("protocol", f"connection closed inside the {what}")
+        raise FetchError("too_large", f"{what} longer than {limit} bytes")
+
+    def exactly(self, n: int, what: str) -> bytes:
+        while len(self._buf) < n:
+            if not self._fill():
+                raise FetchError("protocol", f"connection closed inside the {what}")
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def rest(self, max_bytes: int) -> bytes:
+        """Everything up to end of stream, at most `max_bytes`."""
+        while len(self._buf) <= max_bytes and self._fill():
+            pass
+        if len(self._buf) > max_bytes:
+            raise FetchError("too_large", f"body larger than {max_bytes} bytes")
+        return bytes(self._buf)
+
+
+def _response(reader: _Reader, max_bytes: int) -> Response:
+    status = _status_line(reader.line(MAX_LINE_BYTES, "status line"))
+    fields = _fields(reader, "header")
+    if not 200 <= status < 300:  # 1xx, 3xx (no redirect is followed), 4xx, 5xx
+        raise FetchError("http_status", f"HTTP {status}", status=status)
+    content_type = fields.get("content-type", "")
+    coding = fields.get("transfer-encoding")
+    if coding is not None:
+        if coding.lower().replace(" ", "") != "chunked":
+            raise FetchError("protocol", "Transfer-Encoding other than chunked")
+        body = _chunked(reader, max_bytes)
+    elif status == 204:
+        body = b""
+    elif "content-length" in fields:
+        length = fields["content-length"]
+        if not length.isdigit() or len(length) > 19:
+            raise FetchError("protocol", "Content-Length is not a number")
+        if int(length) > max_bytes:
+            raise FetchError("too_large", f"Content-Length {int(length)} > {max_bytes} bytes")
+        body = reader.exactly(int(length), "body")
+    else:
+        body = reader.rest(max_bytes)  # Connection: close delimits it
+    return Response(status, content_type, body)
+
+
+def _status_line(line: bytes) -> int:
+    """The status code of `HTTP/1.x NNN reason`; the reason phrase is never read."""
+    parts = line.split(b" ", 2)
+    if (len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0")
+            or len(parts[1]) != 3 or not parts[1].isdigit()):
+        raise FetchError("protocol", "status line is not HTTP/1.x")
+    return int(parts[1])
+
+
+def _fields(reader: _Reader, what: str) -> dict[str, str]:
+    """Header (or trailer) fields up to the empty line, names lower-cased; a repeated
+    Content-Length must agree, other repeats join with ', '. Bounded in count and size."""
+    fields: dict[str, str] = {}
+    total = 0
+    for _ in range(MAX_HEADER_LINES + 1):
+        line = reader.line(MAX_LINE_BYTES, f"{what} line")
+        if not line:
+            return fields
+        total += len(line) + 2
+        if total > MAX_HEADER_BYTES:
+            break
+        if line[:1] in (b" ", b"\t"):
+            raise FetchError("protocol", f"folded {what} line")
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise FetchError("protocol", f"{what} line without a name")
+        key = name.decode("latin-1").lower()
+        text = value.strip().decode("latin-1")
+        if key in fields:
+            if key == "content-length" and fields[key] != text:
+                raise FetchError("protocol", "conflicting Content-Length headers")
+            if key != "content-length":
+                fields[key] += ", " + text
+        else:
+            fields[key] = text
+    raise FetchError("too_large", f"more than {MAX_HEADER_LINES} {what} lines or "
+                                  f"{MAX_HEADER_BYTES} bytes of them")
+
+
+def _chunked(reader: _Reader, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        if time.monotonic() > deadline:
-            raise FetchError("timeout", "response not complete before the deadline")
-        chunk = resp.read1(_CHUNK) if hasattr(resp, "read1") else resp.read(_CHUNK)
-        if not chunk:
+        _left(reader.deadline)  # many tiny chunks already buffered still end at the deadline
+        line = reader.line(MAX_LINE_BYTES, "chunk-size line")
+        digits = line.split(b";", 1)[0].strip()
+        if (not digits or len(digits) > MAX_CHUNK_SIZE_DIGITS
+                or not all(c in b"0123456789abcdefABCDEF" for c in digits)):
+            raise FetchError("protocol", "chunk-size line is not hexadecimal")
+        n = int(digits, 16)
+        if n == 0:
+            _fields(reader, "trailer")  # read and dropped, bounded like headers
             return b"".join(chunks)
-        size += len(chunk)
+        size += n
         if size > max_bytes:
             raise FetchError("too_large", f"body larger than {max_bytes} bytes")
-        chunks.append(chunk)
-
-
-def _classify(err: object) -> FetchError:
-    if isinstance(err, ConnectionRefusedError):
-        return FetchError("connection_refused", "connection refused")
-    if isinstance(err, socket.timeout | TimeoutError):
-        return FetchError("timeout", "timed out")
-    return FetchError("network", f"{type(err).__name__}: {err}"[:200])
+        chunks.append(reader.exactly(n, "chunk"))
+        if reader.exactly(2, "chunk") != b"\r\n":
+            raise FetchError("protocol", "chunk not followed by CRLF")

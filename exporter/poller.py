@@ -7,6 +7,13 @@ Per cycle: /metrics and the load endpoint (/v1/loads, else /get_load) every poll
 /server_info (else /get_server_info) and /v1/models every server-info interval and after the
 server comes back, since they change only on restart. derived.py turns those answers into the
 signals the exporter adds; periodic.py runs the cycles.
+
+`up` is whether /metrics or the load endpoint gave a valid answer; /server_info and /v1/models
+never change it. No answer can raise out of a cycle: a fetch failure, a payload of no release,
+a field of the wrong type and even a bug in a reader count as that endpoint's error (one per
+endpoint per cycle) and leave the other endpoints' values standing. The log says when an
+endpoint starts failing (with the reason, and what was wrong and where, never the bytes the
+server sent) and when it answers again: one line per change, not one per cycle.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sglang_obs.exporter.derived import Derived, derive
@@ -33,7 +40,7 @@ from sglang_obs.exporter.sglang_api import (
     PayloadError,
     ServerConfig,
     parse_loads,
-    parse_models_context_length,
+    parse_models,
     parse_server_info,
 )
 from sglang_obs.exporter.sglang_exposition import ExpositionError, NativeMetrics, parse_exposition
@@ -52,6 +59,8 @@ class PollSettings:
     server_info_interval: float = 30.0
     timeout: float = 2.0
     max_response_bytes: int = 16 * 1024 * 1024
+    # Sent as `Authorization: Bearer ...` (SGLang's --api-key); never shown, logged or exported.
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ class Snapshot:
     poll_duration_seconds: float | None = None
     polls: int = 0
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    lines_dropped: dict[str, int] = field(default_factory=dict)  # reason -> /metrics lines
+    derived_dropped: dict[str, int] = field(default_factory=dict)  # signal -> values
     native_spelling: str | None = None  # None: /metrics not parsed this cycle
     scheduler_metrics_present: bool = False
     derived: Derived | None = None  # None while the server is unreachable
@@ -91,6 +102,12 @@ class TargetPoller:
         self._queue = QueueRunTracker()
         # (endpoint, reason) -> failures, from the first one: no rule needs a zero before it
         self._errors: dict[tuple[str, str], int] = {}
+        self._lines_dropped: dict[str, int] = {}  # malformed | over_limit -> lines
+        self._derived_dropped: dict[str, int] = {}  # signal -> values out of their domain
+        self._failing: dict[str, str] = {}  # endpoint -> reason of its current failure streak
+        self._last_dropped: tuple[str, ...] = ()
+        self._headers: Mapping[str, str] = (
+            {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {})
         self._polls = 0
         self._load_path: str | None = LOAD_PATHS[0]
         self._info_path = SERVER_INFO_PATHS[0]
@@ -139,6 +156,7 @@ class TargetPoller:
                 self._last_success = self._wall()
                 self._answers = (native, load)
                 derived = self._derive()
+                self._count_dropped(derived.dropped)
                 if derived.waiting_requests is not None:
                     self._queue.observe(started, derived.waiting_requests)
             else:
@@ -152,6 +170,8 @@ class TargetPoller:
                 poll_duration_seconds=self._clock() - started,
                 polls=self._polls,
                 errors=dict(self._errors),
+                lines_dropped=dict(self._lines_dropped),
+                derived_dropped=dict(self._derived_dropped),
                 native_spelling=native.spelling if native else None,
                 scheduler_metrics_present=bool(native and native.has_scheduler_series),
                 derived=derived,
@@ -176,6 +196,15 @@ class TargetPoller:
         log_snapshot = self.log_stats.snapshot() if self.log_stats else None
         return derive(native, load, self._config, self._models_context, log_snapshot)
 
+    def _count_dropped(self, dropped: tuple[str, ...]) -> None:
+        for signal in dropped:
+            self._derived_dropped[signal] = self._derived_dropped.get(signal, 0) + 1
+        if dropped != self._last_dropped:
+            if dropped:
+                log.debug("%s: values outside their domain dropped: %s", self.server,
+                          ", ".join(dropped))
+            self._last_dropped = dropped
+
     def _get(self, endpoint: str, path: str, accept: str = "*/*"):
         try:
             return self._fetch(
@@ -183,15 +212,50 @@ class TargetPoller:
                 timeout=self.settings.timeout,
                 max_bytes=self.settings.max_response_bytes,
                 accept=accept,
+                headers=self._headers,
             )
         except FetchError as err:
             if err.status not in (404, 405):
-                self._count_error(endpoint, err.reason)
-                log.debug("%s %s: %s", self.server, path, err)
+                self._failed(endpoint, err.reason, f"{path}: {err.detail}")
             raise
 
     def _count_error(self, endpoint: str, reason: str) -> None:
         self._errors[(endpoint, reason)] = self._errors.get((endpoint, reason), 0) + 1
+
+    def _failed(self, endpoint: str, reason: str, detail: str, bug: bool = False) -> None:
+        """Count one failure of `endpoint`; log it if the endpoint was not failing so already.
+        `detail` says what was wrong and where, in the exporter's words (never response bytes)."""
+        self._count_error(endpoint, reason)
+        if self._failing.get(endpoint) == reason:
+            return
+        self._failing[endpoint] = reason
+        if bug:  # a reader raised: a traceback once per streak, the answer counted as parse
+            log.error("%s %s: reading the answer failed (counted as parse)", self.server,
+                      endpoint, exc_info=True)
+        else:
+            log.debug("%s %s failing (%s): %s", self.server, endpoint, reason, detail)
+
+    def _answered(self, endpoint: str) -> None:
+        if self._failing.pop(endpoint, None) is not None:
+            log.debug("%s %s: answering again", self.server, endpoint)
+
+    def _read(self, endpoint: str, reader: Callable, payload):
+        """reader(payload), or None with the failure counted; never raises."""
+        try:
+            result = reader(payload)
+        except PayloadError as err:
+            self._failed(endpoint, "parse", str(err))
+            return None
+        except Exception:  # noqa: BLE001 - a reader bug must cost this answer, not the cycle
+            self._failed(endpoint, "parse", "reader failed", bug=True)
+            return None
+        bad = getattr(result, "bad_fields", ())
+        if bad:
+            self._failed(endpoint, "parse", "fields of the wrong type, read as unknown: "
+                         + ", ".join(bad))
+        else:
+            self._answered(endpoint)
+        return result
 
     def _poll_metrics(self) -> tuple[NativeMetrics | None, bool]:
         """The parsed answer (None on failure) and whether the server answered at all."""
@@ -199,14 +263,31 @@ class TargetPoller:
             resp = self._get("metrics", "/metrics", METRICS_ACCEPT)
         except FetchError as err:
             if err.status in (404, 405):  # --enable-metrics is off: count it, it is a finding
-                self._count_error("metrics", err.reason)
-            return None, err.reason in ("http_status", "too_large")
+                self._failed("metrics", err.reason, f"/metrics: {err.detail}")
+            return None, err.reason in ("http_status", "too_large", "protocol")
         try:
-            return parse_exposition(resp.body.decode("utf-8", "replace"), resp.content_type), True
+            native = parse_exposition(resp.body.decode("utf-8", "replace"), resp.content_type)
         except ExpositionError as err:
-            self._count_error("metrics", "parse")
-            log.debug("%s /metrics: %s", self.server, err)
+            self._drop_lines("malformed", err.malformed_lines, err.first_malformed)
+            self._failed("metrics", "parse", f"/metrics: {err}")
             return None, True
+        except Exception:  # noqa: BLE001 - as in _read
+            self._failed("metrics", "parse", "reader failed", bug=True)
+            return None, True
+        self._drop_lines("malformed", native.malformed_lines, native.first_malformed)
+        self._drop_lines("over_limit", native.lines_over_limit, None)
+        self._answered("metrics")
+        return native, True
+
+    def _drop_lines(self, reason: str, lines: int, first: int | None) -> None:
+        if not lines:
+            self._failing.pop("lines " + reason, None)
+            return
+        self._lines_dropped[reason] = self._lines_dropped.get(reason, 0) + lines
+        if "lines " + reason not in self._failing:
+            self._failing["lines " + reason] = reason
+            where = f"; the first is line {first}" if first else ""
+            log.debug("%s /metrics: %d lines dropped (%s)%s", self.server, lines, reason, where)
 
     def _poll_loads(self) -> Load | None:
         paths = LOAD_PATHS[LOAD_PATHS.index(self._load_path):] if self._load_path else ()
@@ -217,11 +298,7 @@ class TargetPoller:
             self._load_path = path
             if payload is None:
                 return None
-            try:
-                return parse_loads(payload)
-            except PayloadError:
-                self._count_error("loads", "parse")
-                return None
+            return self._read("loads", parse_loads, payload)
         self._load_path = None  # this release has no load endpoint (before 0.4.7)
         return None
 
@@ -232,17 +309,15 @@ class TargetPoller:
                 continue
             self._info_path = path
             if payload is not None:
-                try:
-                    self._config = parse_server_info(payload)
-                except PayloadError:
-                    self._count_error("server_info", "parse")
+                config = self._read("server_info", parse_server_info, payload)
+                if config is not None:
+                    self._config = config
             break
         payload = self._get_json("models", "/v1/models")
         if payload not in (None, _NOT_FOUND):
-            try:
-                self._models_context = parse_models_context_length(payload)
-            except PayloadError:
-                self._count_error("models", "parse")
+            models = self._read("models", parse_models, payload)
+            if models is not None:
+                self._models_context = models.context_length
 
     def _get_json(self, endpoint: str, path: str):
         """Decoded JSON; _NOT_FOUND on 404/405; None on any other failure (already counted)."""
@@ -252,8 +327,8 @@ class TargetPoller:
             return _NOT_FOUND if err.status in (404, 405) else None
         try:
             return json.loads(resp.body)
-        except (ValueError, RecursionError):  # junk, bad UTF-8, absurd nesting
-            self._count_error(endpoint, "parse")
+        except (ValueError, RecursionError):  # junk, bad UTF-8, absurd nesting, huge integers
+            self._failed(endpoint, "parse", f"{path}: not JSON")
             return None
 
 

@@ -1,14 +1,21 @@
 """Read SGLang's JSON endpoints: /v1/loads (/get_load before 0.5.8), /server_info, /v1/models.
 
 Each reader takes decoded JSON of any shape and returns a small value object; a field a release
-does not have is None. They never raise on odd input: a payload that is not what any release
-sends raises PayloadError, which the poller counts as a parse error.
+does not have is None. They never raise on odd input. A payload that is not what any release
+sends raises PayloadError; within a payload of the right shape, every field is optional and
+typed: a field of the wrong type (a string for a number, 5 for a list, a number too large for a
+float, Infinity) reads as unknown and is named in `bad_fields`, which the poller counts as one
+parse error for the answer. String fields become label values only through labels.py (model
+name reduced, enumerated fields checked against their known values).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from sglang_obs.exporter import labels
 
 
 class PayloadError(ValueError):
@@ -26,6 +33,7 @@ class Load:
     capacity_tokens: float | None = None
     max_running_requests: float | None = None  # the effective limit
     gen_throughput: float | None = None
+    bad_fields: tuple[str, ...] = ()  # fields of the wrong type, read as unknown
 
 
 @dataclass(frozen=True)
@@ -47,67 +55,137 @@ class ServerConfig:
     speculative_algorithm: str = ""
     mixed_chunk: bool | None = None
     disaggregation_mode: str = ""
+    bad_fields: tuple[str, ...] = ()  # fields of the wrong type, read as unknown
 
 
+@dataclass(frozen=True)
+class Models:
+    """What /v1/models says: the base model's context length."""
 
-def _num(value: Any) -> float | None:
-    """A finite number or None; JSON booleans are not numbers."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    context_length: float | None = None
+    bad_fields: tuple[str, ...] = ()
+
+
+# Sizes (tp, dp, pp) outside this range are no configuration any release runs.
+MAX_PARALLEL_SIZE = 1 << 20
+
+
+class _Fields:
+    """Typed reads of JSON fields: a value of the wrong type reads as None (unknown) and its
+    field is recorded in `bad`; JSON null is just absent."""
+
+    def __init__(self):
+        self.bad: dict[str, None] = {}  # ordered set
+
+    def _wrong(self, where: str):
+        self.bad[where] = None
         return None
-    if value != value or value in (float("inf"), float("-inf")):
-        return None
-    return float(value)
 
+    def num(self, mapping: dict, key: str, where: str | None = None) -> float | None:
+        """A finite number; booleans, strings, huge integers and non-finite floats are wrong."""
+        value = mapping.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return self._wrong(where or key)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            return self._wrong(where or key)
+        return number if math.isfinite(number) else self._wrong(where or key)
 
-def _text(value: Any) -> str:
-    if value is None or isinstance(value, dict | list):
-        return ""
-    return str(value)[:128]
+    def size(self, mapping: dict, key: str) -> int | None:
+        """A parallel size: a whole number in 1..MAX_PARALLEL_SIZE."""
+        number = self.num(mapping, key)
+        if number is None:
+            return None
+        if number != int(number) or not 1 <= number <= MAX_PARALLEL_SIZE:
+            return self._wrong(key)
+        return int(number)
 
+    def text(self, mapping: dict, key: str) -> str:
+        value = mapping.get(key)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            return self._wrong(key) or ""
+        return value
 
-def _sum(entries: list[dict], *keys: str) -> float | None:
-    """Sum the first present key of each entry; None when no entry has any of them."""
-    total, seen = 0.0, False
-    for entry in entries:
-        for key in keys:
-            value = _num(entry.get(key))
-            if value is not None:
-                total += value
-                seen = True
-                break
-    return total if seen else None
+    def flag(self, mapping: dict, key: str) -> bool | None:
+        value = mapping.get(key)
+        if value is None or isinstance(value, bool):
+            return value
+        return self._wrong(key)
+
+    def objects(self, value: Any, where: str) -> list[dict]:
+        """The dict entries of a JSON list; a non-list, or non-dict entries, are wrong."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            return self._wrong(where) or []
+        entries = [e for e in value if isinstance(e, dict)]
+        if len(entries) != len(value):
+            self._wrong(where + "[]")
+        return entries
+
+    def object(self, mapping: dict, key: str, where: str) -> dict:
+        value = mapping.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            return self._wrong(where) or {}
+        return value
+
+    def total(self, entries: list[dict], *keys: str, where: str = "") -> float | None:
+        """Sum the first present key of each entry; None when no entry has any of them."""
+        total, seen = 0.0, False
+        for entry in entries:
+            for key in keys:
+                value = self.num(entry, key, f"{where}[].{key}")
+                if value is not None:
+                    total += value
+                    seen = True
+                    break
+        return total if seen and math.isfinite(total) else None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.bad)
 
 
 def parse_loads(payload: Any) -> Load:
     """/v1/loads (0.5.8+) or /get_load (0.4.7+, three shapes)."""
+    f = _Fields()
     if isinstance(payload, dict) and isinstance(payload.get("loads"), list):
-        entries = payload["loads"]
+        entries = f.objects(payload["loads"], "loads")
     elif isinstance(payload, list):
-        entries = payload
+        entries = f.objects(payload, "")
     elif isinstance(payload, dict) and "load" in payload:
         # 0.4.7-0.5.2: {"load": running + waiting}; nothing that separates the two.
-        if _num(payload["load"]) is None:
+        if f.num(payload, "load") is None:
             raise PayloadError("get_load: 'load' is not a number")
         return Load()
     else:
         raise PayloadError("not a loads payload")
-    entries = [e for e in entries if isinstance(e, dict)]
     if not entries:
         raise PayloadError("loads payload has no per-rank entries")
-    running = _sum(entries, "num_running_reqs")
-    waiting = _sum(entries, "num_waiting_reqs")
+    where = "loads" if isinstance(payload, dict) else ""
+    running = f.total(entries, "num_running_reqs", where=where)
+    waiting = f.total(entries, "num_waiting_reqs", where=where)
     if running is None and waiting is not None:
         # 0.5.3-0.5.10 /get_load: num_reqs = running + waiting
-        reqs = _sum(entries, "num_reqs")
+        reqs = f.total(entries, "num_reqs", where=where)
         running = None if reqs is None else max(reqs - waiting, 0.0)
     return Load(
         running=running,
         waiting=waiting,
-        prefill_backlog_tokens=_sum(entries, "num_waiting_uncached_tokens", "num_pending_tokens"),
-        used_tokens=_sum(entries, "num_used_tokens"),
-        capacity_tokens=_sum(entries, "max_total_num_tokens"),
-        max_running_requests=_sum(entries, "max_running_requests"),
-        gen_throughput=_sum(entries, "gen_throughput"),
+        prefill_backlog_tokens=f.total(entries, "num_waiting_uncached_tokens",
+                                       "num_pending_tokens", where=where),
+        used_tokens=f.total(entries, "num_used_tokens", where=where),
+        capacity_tokens=f.total(entries, "max_total_num_tokens", where=where),
+        max_running_requests=f.total(entries, "max_running_requests", where=where),
+        gen_throughput=f.total(entries, "gen_throughput", where=where),
+        bad_fields=f.names,
     )
 
 
@@ -117,54 +195,66 @@ def parse_server_info(payload: Any) -> ServerConfig:
         "version" in payload or "internal_states" in payload or "tp_size" in payload
     ):
         raise PayloadError("not a server_info payload")
-    states = [s for s in payload.get("internal_states") or [] if isinstance(s, dict)]
-    dp_size = _int(payload.get("dp_size"))
-    ranks = max(dp_size or 1, 1)
+    f = _Fields()
+    states = f.objects(payload.get("internal_states"), "internal_states")
+    dp_size = f.size(payload, "dp_size")
+    ranks = dp_size or 1
 
-    max_running = _sum(states, "effective_max_running_requests_per_dp")
-    if max_running is None and _num(payload.get("max_running_requests")) is not None:
+    max_running = f.total(states, "effective_max_running_requests_per_dp",
+                          where="internal_states")
+    cli_max_running = f.num(payload, "max_running_requests")
+    if max_running is None and cli_max_running is not None:
         # Before 0.5.8 only the CLI value exists (often null); it is per DP rank.
-        max_running = _num(payload["max_running_requests"]) * ranks
+        max_running = cli_max_running * ranks
 
-    capacity = _sum([s.get("memory_usage") or {} for s in states], "token_capacity")
-    if capacity is None and _num(payload.get("max_total_num_tokens")) is not None:
+    memory = [f.object(s, "memory_usage", "internal_states[].memory_usage") for s in states]
+    capacity = f.total(memory, "token_capacity", where="internal_states[].memory_usage")
+    handshake = f.num(payload, "max_total_num_tokens")
+    if capacity is None and handshake is not None:
         # The handshake value is one scheduler's pool; every DP rank has its own.
-        capacity = _num(payload["max_total_num_tokens"]) * ranks
+        capacity = handshake * ranks
 
-    spec = _text(payload.get("speculative_algorithm"))
-    mixed = payload.get("enable_mixed_chunk")
+    spec = f.text(payload, "speculative_algorithm")
+    spec = "" if spec.lower() in ("", "none", "null") else spec
+    model = f.text(payload, "served_model_name") or f.text(payload, "model_path")
     return ServerConfig(
-        version=_text(payload.get("version")),
-        model_name=_text(payload.get("served_model_name") or payload.get("model_path")),
-        tp_size=_int(payload.get("tp_size")),
+        version=labels.version(f.text(payload, "version")),
+        model_name=labels.model_name(model),
+        tp_size=f.size(payload, "tp_size"),
         dp_size=dp_size,
-        pp_size=_int(payload.get("pp_size")),
+        pp_size=f.size(payload, "pp_size"),
         max_running_requests=max_running,
         max_total_num_tokens=capacity,
-        chunked_prefill_size=_num(payload.get("chunked_prefill_size")),
-        max_prefill_tokens=_num(payload.get("max_prefill_tokens")),
-        context_length=_num(payload.get("context_length")),
-        schedule_policy=_text(payload.get("schedule_policy")),
-        kv_cache_dtype=_text(payload.get("kv_cache_dtype")),
-        speculative_algorithm="" if spec.lower() in ("", "none", "null") else spec,
-        mixed_chunk=mixed if isinstance(mixed, bool) else None,
-        disaggregation_mode=_text(payload.get("disaggregation_mode")),
+        chunked_prefill_size=f.num(payload, "chunked_prefill_size"),
+        max_prefill_tokens=f.num(payload, "max_prefill_tokens"),
+        context_length=f.num(payload, "context_length"),
+        schedule_policy=labels.enum_value(f.text(payload, "schedule_policy"),
+                                          labels.SCHEDULE_POLICIES),
+        kv_cache_dtype=labels.enum_value(f.text(payload, "kv_cache_dtype"),
+                                         labels.KV_CACHE_DTYPES),
+        speculative_algorithm=labels.enum_value(spec, labels.SPECULATIVE_ALGORITHMS),
+        mixed_chunk=f.flag(payload, "enable_mixed_chunk"),
+        disaggregation_mode=labels.enum_value(f.text(payload, "disaggregation_mode"),
+                                              labels.DISAGGREGATION_MODES),
+        bad_fields=f.names,
     )
+
+
+def parse_models(payload: Any) -> Models:
+    """/v1/models: the effective context length is the base model's max_model_len."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        raise PayloadError("not an OpenAI model list")
+    f = _Fields()
+    context = None
+    for card in f.objects(payload["data"], "data"):
+        # LoRA adapters have a parent and max_model_len null; the base model has neither.
+        if not card.get("parent"):
+            value = f.num(card, "max_model_len", "data[].max_model_len")
+            if value is not None and context is None:
+                context = value
+    return Models(context, f.names)
 
 
 def parse_models_context_length(payload: Any) -> float | None:
     """Effective context length: the base model's max_model_len in /v1/models."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
-        raise PayloadError("not an OpenAI model list")
-    for card in payload["data"]:
-        # LoRA adapters have a parent and max_model_len null; the base model has neither.
-        if isinstance(card, dict) and not card.get("parent"):
-            value = _num(card.get("max_model_len"))
-            if value is not None:
-                return value
-    return None
-
-
-def _int(value: Any) -> int | None:
-    number = _num(value)
-    return None if number is None else int(number)
+    return parse_models(payload).context_length

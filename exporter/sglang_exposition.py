@@ -14,6 +14,13 @@ split at its name; only lines of a wanted name get their label set and value par
 label order, escapes, timestamps, OpenMetrics exemplars). Lines of other names are counted
 (sample_count, spelling) after a cheap shape check. A line that is not a sample (junk, a wanted
 sample whose labels or value do not parse) is skipped and counted in `malformed_lines`.
+
+The work per answer is bounded whatever the body holds: at most MAX_LINES lines are scanned,
+and at most MAX_FULL_LINES of them, MAX_FULL_CHARS characters in all, read in full (wanted
+samples, rare shapes, junk: the costly path). The scan stops at whichever bound comes first;
+the lines after it are not read. A line longer than MAX_LINE_CHARS (a label value of megabytes)
+is skipped unread. Both are counted in `lines_over_limit`. A real answer has ~1,000 lines of
+at most a few hundred characters, ~40 of them read in full.
 """
 
 from __future__ import annotations
@@ -55,9 +62,19 @@ MAXIMUM = frozenset({"token_usage", "context_len"})
 WANTED = ADDITIVE | MAXIMUM
 # Scheduler gauges that every SGLang release with --enable-metrics exposes once it has reported.
 SCHEDULER_PRESENCE = ("num_running_reqs", "num_queue_reqs")
+# Work bounds per answer (see the module docstring).
+MAX_LINES = 200_000
+MAX_FULL_LINES = 20_000
+MAX_FULL_CHARS = 1 << 20
+MAX_LINE_CHARS = 64 << 10
 
 class ExpositionError(ValueError):
-    """The body is not a Prometheus/OpenMetrics exposition."""
+    """The body is not a Prometheus/OpenMetrics exposition. The message never quotes it."""
+
+    def __init__(self, message: str, malformed_lines: int = 0, first_malformed: int | None = None):
+        super().__init__(message)
+        self.malformed_lines = malformed_lines
+        self.first_malformed = first_malformed
 
 @dataclass
 class NativeMetrics:
@@ -68,6 +85,8 @@ class NativeMetrics:
     spelling: str = "none"  # colon | underscore | mixed | none
     sample_count: int = 0
     malformed_lines: int = 0  # non-comment lines that are not a readable sample (skipped)
+    lines_over_limit: int = 0  # lines after the scan stopped at MAX_LINES / MAX_FULL_LINES
+    first_malformed: int | None = None  # line number (from 1) of the first malformed line
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -117,6 +136,7 @@ _WANTED_CODES = _wanted_codes()
 # Names seen so far -> code (the wanted ones, then others as met; emptied back when it grows).
 _NAME_CODES: dict[str, int] = dict(_WANTED_CODES)
 _NAME_CODES_MAX = 4096
+_NAME_CACHED_MAX_CHARS = 256
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _NAME_TOKEN = re.compile(r"[^{ \t]*")
@@ -130,8 +150,10 @@ def _spelling_bits(name: str) -> int:
     return _UNDERSCORE if name.startswith(UNDERSCORE_PREFIX) else 0
 
 def _learn(name: str) -> int:
-    """Code of a name not met yet (a valid metric name is required), remembered."""
+    """Code of a name not met yet (a valid metric name is required), remembered if short."""
     code = _spelling_bits(name) if _METRIC_NAME.fullmatch(name) else _JUNK
+    if len(name) > _NAME_CACHED_MAX_CHARS:  # a huge junk "name" must not live in the cache
+        return code
     if len(_NAME_CODES) >= _NAME_CODES_MAX:
         _NAME_CODES.clear()
         _NAME_CODES.update(_WANTED_CODES)
@@ -165,15 +187,31 @@ def _unescape(value: str) -> str:
 class _Malformed(Exception):
     """A non-comment line that is not a readable sample."""
 
-def _scan(text: str) -> NativeMetrics:
+def _lines_in(text: str) -> int:
+    return text.count("\n") + (0 if not text or text.endswith("\n") else 1)
+
+
+def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES,
+          max_full_chars: int = MAX_FULL_CHARS, max_line: int = MAX_LINE_CHARS) -> NativeMetrics:
     codes = _NAME_CODES.get
     count = 0
     bits = 0
     malformed = 0
+    first_malformed = None
+    full = 0  # lines read in full so far
+    full_chars = 0  # and their characters
+    over = 0
     kept: list[tuple[int, dict[str, str], float]] = []  # wanted samples: code, raw labels, value
-    for line in text.split("\n"):
+    lines = text.split("\n", max_lines)
+    if len(lines) > max_lines:
+        over = _lines_in(lines.pop())
+    for index, line in enumerate(lines):
         if not line or line[0] == "#":
             continue
+        if len(line) > max_line:
+            over += 1
+            continue
+        heavy = False  # this line already counted as read in full
         i = line.find("{")
         if i > 0:  # name{labels} value ...
             name = line[:i]
@@ -181,6 +219,12 @@ def _scan(text: str) -> NativeMetrics:
             if code is None:
                 code = _learn(name)
             if code > 3:
+                full += 1
+                full_chars += len(line)
+                heavy = True
+                if full > max_full or full_chars > max_full_chars:
+                    over += _over_from(lines, index)
+                    break
                 match = _LABEL_SET.match(line, i)
                 if match is not None:
                     end = match.end()
@@ -216,10 +260,18 @@ def _scan(text: str) -> NativeMetrics:
                     bits |= code
                     continue
         # Anything else (leading blanks, `{"name", ...}`, wanted samples of a rarer shape, junk).
+        if not heavy:
+            full += 1
+            full_chars += len(line)
+            if full > max_full or full_chars > max_full_chars:
+                over += _over_from(lines, index)
+                break
         try:
             sample = _read_line(line)
         except _Malformed:
             malformed += 1
+            if first_malformed is None:
+                first_malformed = index + 1
             continue
         if sample is None:  # blank or comment
             continue
@@ -231,12 +283,19 @@ def _scan(text: str) -> NativeMetrics:
             kept.append((code, labels, value))
     if count == 0:
         detail = f" ({malformed} malformed lines)" if malformed else ""
-        raise ExpositionError("no samples in the body" + detail)
+        raise ExpositionError("no samples in the body" + detail, malformed, first_malformed)
     out = _aggregate(kept)
     out.sample_count = count
     out.malformed_lines = malformed
+    out.lines_over_limit = over
+    out.first_malformed = first_malformed
     out.spelling = _SPELLINGS[bits & 3]
     return out
+
+def _over_from(lines: list[str], index: int) -> int:
+    """Lines from lines[index] on (the empty string after a final line feed is none)."""
+    return len(lines) - index - (1 if lines[-1] == "" else 0)
+
 
 def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:
     out = NativeMetrics()

@@ -84,7 +84,8 @@ class Rendered:
 def in_process_fetcher(app, lock: threading.Lock, up: Callable[[], bool]):
     """A fetch() look-alike that calls the simulator's WSGI app directly."""
 
-    def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*") -> Response:
+    def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*",
+              headers=None) -> Response:
         if not up():
             raise FetchError("connection_refused", "connection refused")
         environ = {"REQUEST_METHOD": "GET", "PATH_INFO": urllib.parse.urlsplit(url).path,

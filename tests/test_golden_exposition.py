@@ -20,7 +20,7 @@ from sglang_obs.exporter.poller import PollSettings, TargetPoller
 
 from conftest import ROOT
 from fake_docker import FakeContainer, FakeDocker
-from fake_sglang import json_route, text_route
+from fake_sglang import Route, json_route, text_route
 from helpers import assert_matches_golden, free_port
 
 GOLDEN = ROOT / "tests" / "fixtures" / "exporter_golden.prom"
@@ -60,6 +60,23 @@ SERVERS = {
     "sglang-046:30000": {
         "/metrics": text_route("metrics_0.4.6.prom"),
         "/get_server_info": json_route("server_info_0.4.6.json"),
+    },
+    # Something posing as SGLang: a junk line, values outside their domain, a config of wrong
+    # types and unknown values, a model path with a token in a directory name
+    "sglang-hostile:30000": {
+        "/metrics": Route(
+            b"# TYPE sglang:num_running_reqs gauge\n"
+            b'sglang:num_running_reqs{model_name="m",tp_rank="0"} -3.0\n'
+            b'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 2.0\n'
+            b'sglang:kv_used_tokens{model_name="m",tp_rank="0"} 100.0\n'
+            b'sglang:max_total_num_tokens{model_name="m",tp_rank="0"} +Inf\n'
+            b'sglang:gen_throughput{model_name="m",tp_rank="0"} lots\n'),
+        "/server_info": Route(
+            b'{"version": "0.5.23 build=x", "served_model_name": null, '
+            b'"model_path": "/srv/hf_0123456789abcdef/Llama-3.1-8B", "tp_size": 1, '
+            b'"dp_size": 1' + b"0" * 400 + b', "schedule_policy": "mine", '
+            b'"kv_cache_dtype": "fp8_e4m3", "internal_states": 5}',
+            content_type="application/json"),
     },
 }
 

@@ -61,20 +61,30 @@ def test_an_overrun_skips_the_missed_ticks_instead_of_bursting():
     assert starts == [0.0, 1.0, 3.5, 4.5, 5.5]
 
 
-def test_a_failing_cycle_is_logged_once_with_the_loop_name_and_the_loop_goes_on(caplog):
+def test_a_failure_streak_logs_one_traceback_and_one_recovery_line(caplog):
     # Prepare
     caplog.set_level(logging.DEBUG, logger="sglang_obs.exporter.periodic")
-    # Act: cycles 1 and 2 of 5 raise
-    starts = run_loop(durations=[0.1], cycles=5, fail_on=frozenset({1, 2}))
-    # Check: all five ran on time; one record, with its traceback, per failed cycle
-    assert starts == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # Act: cycles 1, 2 and 3 of 8 raise, then 5 again
+    starts = run_loop(durations=[0.1], cycles=8, fail_on=frozenset({1, 2, 3, 5}))
+    # Check: all eight ran on time; per streak, one record with the first failure's traceback
+    # and one when the loop recovers, saying how many failed
+    assert starts == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
     records = [r for r in caplog.records if r.name == "sglang_obs.exporter.periodic"]
-    assert len(records) == 2, [r.getMessage() for r in records]
-    for record, n in zip(records, (1, 2), strict=True):
-        assert record.levelno == logging.ERROR
-        assert "test loop" in record.getMessage()
-        assert record.exc_info
-        assert str(record.exc_info[1]) == f"cycle {n} broke"
+    assert [(r.levelno, bool(r.exc_info)) for r in records] == [
+        (logging.ERROR, True), (logging.WARNING, False), (logging.ERROR, True),
+        (logging.WARNING, False)], [r.getMessage() for r in records]
+    assert all("test loop" in r.getMessage() for r in records)
+    assert str(records[0].exc_info[1]) == "cycle 1 broke"
+    assert "3 failed" in records[1].getMessage()
+    assert str(records[2].exc_info[1]) == "cycle 5 broke"
+    assert "1 failed" in records[3].getMessage()
+
+
+def test_failures_are_counted_on_the_loop():
+    fake = FakeTime(6)
+    loop = Periodic("test loop", fake.cycle([0.1], frozenset({0, 2, 3})), 1.0, fake.clock)
+    loop.run(fake.stop)
+    assert loop.failures == 3
 
 
 def test_stop_ends_the_thread_well_within_one_interval():
