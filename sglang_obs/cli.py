@@ -1,6 +1,6 @@
 """`sglang-obs`: the stack's own commands.
 
-    sglang-obs alert-sink [--listen 127.0.0.1:9095] [--log-file alerts.jsonl]
+    sglang-obs alert-sink [--listen 127.0.0.1:9095] [--log-file alerts.jsonl] [--timeout S]
     sglang-obs rules [--check]          regenerate prometheus/rules (and docs/runbooks.md's blocks)
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     sink.add_argument("--listen", type=_listen, default=("127.0.0.1", 9095),
                       help="host:port to listen on (default 127.0.0.1:9095)")
     sink.add_argument("--log-file", help="also append one JSON line per alert to this file")
+    sink.add_argument("--log-file-max-bytes", type=int, default=10 * 1024 * 1024,
+                      metavar="BYTES", help="rotate the log file past this size (10 MiB)")
+    sink.add_argument("--log-file-backups", type=int, default=2, metavar="N",
+                      help="rotated log files kept, FILE.1 to FILE.N (2)")
+    sink.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="a connection's time to send its request (10)")
     rules = sub.add_parser(
         "rules", help="regenerate prometheus/rules/*.yml from thresholds.yml, and in a checkout "
         "the blocks of docs/runbooks.md that quote them")
@@ -136,16 +142,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
 
     if args.command == "alert-sink":
-        from sglang_obs.tools.alert_sink import AlertSink
+        from sglang_obs.tools.alert_sink import AlertSink, RotatingFile
 
-        streams = [sys.stdout]
+        if args.log_file_max_bytes < 4096 or args.log_file_backups < 0 or args.timeout <= 0:
+            parser.error("--log-file-max-bytes is at least 4096, --log-file-backups at least "
+                         "0, --timeout more than 0")
+        log_file = None
         if args.log_file:
             try:
-                streams.append(open(args.log_file, "a"))  # noqa: SIM115 - lives as long as we do
+                log_file = RotatingFile(args.log_file, args.log_file_max_bytes,
+                                        args.log_file_backups)
             except OSError as err:
                 parser.error(f"--log-file: {err}")
         try:
-            server = AlertSink(*args.listen, streams)
+            server = AlertSink(*args.listen, [sys.stdout], log_file=log_file,
+                               timeout=args.timeout)
         except OSError as err:
             logging.error("cannot listen on %s:%s: %s", *args.listen, err)
             return 1

@@ -119,6 +119,30 @@ def test_cause_silences_symptoms_on_the_same_server_only(live):
     assert s[("GPUThermalThrottling", "h:9840", "1", "warning")]["state"] == "active"
 
 
+def test_a_stalled_poller_silences_the_state_alerts_of_its_server_only(live):
+    url, _ = live
+    post(url,
+         {"alertname": "SGLangExporterPollerStalled", "severity": "warning",
+          "instance": "a:30000"},
+         {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "a:30000"},
+         {"alertname": "SGLangLongQueueing", "severity": "warning", "instance": "a:30000"},
+         {"alertname": "SGLangTTFTBudgetBurn", "severity": "warning", "instance": "a:30000",
+          "model_name": "m", "slo": "ttft", "long": "1d", "short": "2h"},
+         {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "b:30000"},
+         {"alertname": "SGLangExporterPollerStalled", "severity": "warning",
+          "instance": "c:30000"},
+         {"alertname": "SGLangServerDown", "severity": "critical", "instance": "c:30000"})
+    assert wait_for(lambda: len(states(url)) == 7, 15, interval=0.2)
+    assert wait_for(lambda: states(url)[("SGLangPrefillBacklog", "a:30000", "", "warning")][
+        "state"] == "suppressed", 15, interval=0.2)
+    s = states(url)
+    assert s[("SGLangLongQueueing", "a:30000", "", "warning")]["state"] == "suppressed"
+    assert s[("SGLangExporterPollerStalled", "a:30000", "", "warning")]["state"] == "active"
+    assert s[("SGLangTTFTBudgetBurn", "a:30000", "", "warning")]["state"] == "active"
+    assert s[("SGLangPrefillBacklog", "b:30000", "", "warning")]["state"] == "active"
+    assert s[("SGLangServerDown", "c:30000", "", "critical")]["state"] == "active"
+
+
 @pytest.mark.slow  # waits for deliveries, then 2 s more
 def test_notifications_reach_the_sink_by_severity_and_watchdog_reaches_the_deadman(live):
     url, sink = live

@@ -43,14 +43,36 @@ def test_every_bind_mounted_path_exists_in_the_repo():
                     assert (ROOT / source).exists(), f"{name} {service}: {source} missing"
 
 
+def split_image(image):
+    """(repository, tag, digest) of `repo:tag[@sha256:hex]`."""
+    name, _, digest = image.partition("@")
+    repo, _, tag = name.rpartition(":")
+    return repo, tag, digest
+
+
 def test_every_image_is_pinned_to_an_exact_version():
     for service, spec in services().items():
         image = spec["image"]
-        repo, _, tag = image.rpartition(":")
+        repo, tag, _ = split_image(image)
         assert repo, f"{service}: {image}"
         assert tag not in ("", "latest"), f"{service}: {image}"
         if "/" in repo:  # third-party images: an exact release
             assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{service}: {image}"
+
+
+def test_third_party_images_are_pinned_by_digest_and_the_local_base_is_explained():
+    """A tag can be re-pushed; a digest cannot. The digests come from public material
+    (docs/security.md); the exporter's base image keeps its tag, and docs/security.md says so."""
+    for service, spec in services().items():
+        repo, _, digest = split_image(spec["image"])
+        if "/" in repo:
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), f"{service}: {spec['image']}"
+    security = (ROOT / "docs/security.md").read_text()
+    for line in (ROOT / "exporter/Dockerfile").read_text().splitlines():
+        if line.startswith("FROM "):
+            base = line.split()[1]
+            if "@sha256:" not in base:
+                assert base in security, f"docs/security.md must say why {base} has no digest"
 
 
 def test_every_published_port_is_bound_to_loopback():
@@ -60,8 +82,101 @@ def test_every_published_port_is_bound_to_loopback():
 
 
 def test_prometheus_is_3x_as_the_rules_require_both_2_42_and_3():
-    tag = services()["prometheus"]["image"].rpartition(":")[2]
+    tag = split_image(services()["prometheus"]["image"])[1]
     assert tag.startswith("v3.")
+
+
+# -- hardening (docs/security.md, "Configuration hardening") ---------------------------------
+# Services whose root filesystem stays writable, with the reason: none today.
+WRITABLE_ROOT: dict[str, str] = {}
+
+
+def size_bytes(text):
+    number, unit = re.fullmatch(r"(\d+)([kmg]?)b?", str(text).lower()).groups()
+    return int(number) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit]
+
+
+@pytest.mark.parametrize("service", sorted(services()))
+def test_every_service_rotates_its_logs(service):
+    logging = services()[service].get("logging") or {}
+    assert logging.get("driver") == "json-file", service
+    options = logging.get("options") or {}
+    assert 0 < size_bytes(options.get("max-size", "0")) <= 100 << 20, (service, options)
+    assert 1 <= int(options.get("max-file", 0)) <= 10, (service, options)
+
+
+@pytest.mark.parametrize("service", sorted(services()))
+def test_every_service_has_memory_and_process_limits(service):
+    spec = services()[service]
+    assert "mem_limit" in spec, f"{service}: no mem_limit"
+    assert 64 << 20 <= size_bytes(spec["mem_limit"]) <= 8 << 30, (service, spec["mem_limit"])
+    assert isinstance(spec.get("pids_limit"), int), f"{service}: no pids_limit"
+    assert 32 <= spec["pids_limit"] <= 4096, (service, spec["pids_limit"])
+
+
+@pytest.mark.parametrize("service", sorted(services()))
+def test_every_service_drops_all_capabilities_and_cannot_gain_privileges(service):
+    spec = services()[service]
+    assert spec.get("cap_drop") == ["ALL"], service
+    assert not spec.get("cap_add"), f"{service}: cap_add {spec.get('cap_add')}"
+    assert "no-new-privileges:true" in (spec.get("security_opt") or []), service
+    assert not spec.get("privileged"), service
+    for name in COMPOSE_FILES[1:]:  # the overrides add no capability or privilege either
+        override = (load(name).get("services") or {}).get(service) or {}
+        assert not override.get("cap_add"), (name, service)
+        assert not override.get("privileged"), (name, service)
+
+
+@pytest.mark.parametrize("service", sorted(services()))
+def test_every_root_filesystem_is_read_only_with_tmpfs_where_it_writes(service):
+    spec = services()[service]
+    if service in WRITABLE_ROOT:
+        assert not spec.get("read_only")
+        return
+    assert spec.get("read_only") is True, f"{service}: read_only: true (or say why not)"
+    tmpfs = spec.get("tmpfs") or []
+    for entry in [tmpfs] if isinstance(tmpfs, str) else tmpfs:
+        assert re.fullmatch(r"/[\w/.-]+(:size=\d+[kmg])", entry), (service, entry)
+    if service in ("exporter", "alert-sink", "sglang-sim", "grafana"):  # Python, Grafana: /tmp
+        assert any(str(e).startswith("/tmp:") for e in tmpfs), f"{service}: no tmpfs /tmp"
+
+
+def test_data_volumes_are_the_only_writable_paths_of_the_stateful_services():
+    svc = services()
+    for service, path in (("prometheus", "/prometheus"), ("alertmanager", "/alertmanager"),
+                          ("grafana", "/var/lib/grafana")):
+        writable = [v for v in svc[service]["volumes"] if not v.endswith(":ro")]
+        assert [v.split(":")[1] for v in writable] == [path], (service, writable)
+    assert svc["grafana"]["environment"]["GF_LOG_MODE"] == "console"  # no /var/log/grafana
+
+
+def test_prometheus_has_no_lifecycle_or_admin_api():
+    command = services()["prometheus"]["command"]
+    assert not [c for c in command if c.startswith(("--web.enable-lifecycle",
+                                                      "--web.enable-admin-api"))], command
+
+
+def test_alertmanager_runs_alone_without_a_cluster_listener():
+    command = services()["alertmanager"]["command"]
+    assert "--cluster.listen-address=" in command
+    assert "9094" not in " ".join(str(p) for p in services()["alertmanager"].get("ports", []))
+
+
+def test_the_image_installs_python_dependencies_from_the_constraints_file():
+    dockerfile = (ROOT / "exporter/Dockerfile").read_text()
+    installs = [line for line in dockerfile.splitlines() if "pip install" in line]
+    assert installs, "exporter/Dockerfile installs nothing with pip"
+    for line in installs:
+        assert "-c constraints.txt" in line, line
+    assert "COPY pyproject.toml README.md constraints.txt" in dockerfile
+    assert re.search(r"^USER \d+", dockerfile, re.M), "the image runs as a numeric non-root user"
+
+
+def test_published_ports_are_loopback_on_every_service_of_every_file():
+    for name in COMPOSE_FILES:
+        for service, spec in (load(name).get("services") or {}).items():
+            for port in spec.get("ports", []):
+                assert str(port).startswith("127.0.0.1:"), f"{name} {service}: {port}"
 
 
 def test_depends_on_names_services_and_waits_for_health_where_there_is_a_healthcheck():

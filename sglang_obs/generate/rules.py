@@ -299,6 +299,7 @@ sum by (instance) (
 def availability_alerts(t: dict) -> tuple[Alert, ...]:
     s, e, a = _s(t), _e(t), t["alerts"]
     restarts = a["container_restarts_in_15m"]
+    stall = a["poller_stall_window"]
     return (
         Alert(
             "SGLangServerDown",
@@ -367,6 +368,22 @@ or (max by (instance) (up{{{s}}}) == 1
                         "for 5 minutes; its series are missing.",
             fires_when="a collector raised while rendering "
                        "(`sglang_obs_collector_success{collector=\"…\"} == 0`)"),
+        Alert(
+            "SGLangExporterPollerStalled",
+            f"increase(sglang_obs_polls_total{{{e}}}[{stall}]) == 0",
+            "The exporter still answers scrapes but its poller of this server completed no cycle: "
+            "every sglang_obs_* series of the server (sglang_obs_up, the state inputs) is frozen "
+            "at its last value. increase() needs two scrapes in the window, so a new series or an "
+            "unscraped exporter (SGLangExporterDown) does not fire it; a restart counts as "
+            "progress.",
+            severity="warning", for_="1m", summary="The exporter's poller of a server stalled.",
+            description=f"The exporter has completed no poll of {{{{ $labels.instance }}}} in "
+                        f"{stall}: its sglang_obs_* series, the state classification and the "
+                        "saturation alerts of this server are frozen at their last values.",
+            dashboard="sglang-exporter",
+            fires_when=f"the exporter completed no poll cycle of the server in the last {stall} "
+                       f"(`increase(sglang_obs_polls_total[{stall}]) == 0`) while Prometheus "
+                       "still scrapes the exporter"),
     )
 
 

@@ -2,109 +2,461 @@
 
 POST /<receiver> takes Alertmanager's webhook payload and writes one JSON line per alert (time,
 receiver, status, labels, annotations, startsAt) to stdout and optionally a file. GET /alerts
-returns what was received (the tests read it); GET / a short summary. Only labels and
+returns the last alerts received (the tests read it); GET / a short summary. Only labels and
 annotations are kept: payloads carry nothing else worth logging, and nothing secret.
+
+Whatever a sender does, the sink's cost stays bounded (docs/security.md, "Alert sink bounds"):
+a request is read within a deadline and up to a size, answered 400/408/411/413/414 otherwise
+with one log line; every alert becomes one line of at most LINE_MAX bytes; the log file
+rotates; GET /alerts returns the last KEEP alerts; a connection past MAX_CONNECTIONS is closed
+at once, and at most MAX_BODIES request bodies are read at a time.
+
+The server is one asyncio event loop (in its own thread with `start()`): a client that drips
+its request costs a buffer, not a thread, until its deadline closes it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import json
 import logging
+import os
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import IO
 
 log = logging.getLogger("sglang_obs.tools.alert_sink")
-MAX_BODY = 4 * 1024 * 1024
-KEEP = 10_000  # received alerts kept in memory for GET /alerts
+
+MAX_BODY = 1024 * 1024          # bytes of one request body; 413 beyond
+MAX_LINE = 8 * 1024             # bytes of the request line or of one header line; 414/400
+MAX_HEADERS = 64                # header lines of one request; 400 beyond
+TIMEOUT = 10.0                  # seconds for a connection, request to answer; 408/closed after
+MAX_CONNECTIONS = 256           # open at once; one more is closed unanswered
+MAX_BODIES = 8                  # request bodies read at once (the "workers"); others wait
+MAX_ALERTS = 1_000              # alerts logged from one request; the rest are counted rejected
+KEEP = 1_000                    # alerts kept in memory for GET /alerts
+LINE_MAX = 4 * 1024             # bytes of one logged line, newline included
+RECEIVER_MAX = 64               # characters of the receiver (the request path)
+NAME_MAX = 128                  # characters of a label or annotation name
+LABEL_VALUE_MAX = 256           # characters of a label value
+ANNOTATION_VALUE_MAX = 1024     # characters of an annotation value
+FIELD_MAX = 40                  # characters of status and startsAt
+MAX_KEYS = 64                   # labels (and annotations) looked at per alert
+LOG_MAX_BYTES = 10 * 1024 * 1024  # the log file rotates past this size...
+LOG_BACKUPS = 2                 # ...keeping this many old files (FILE.1, FILE.2)
+LINGER = 1.0                    # seconds (and up to MAX_BODY bytes) read and dropped after an
+                                # answer, so that a refused client reads it before the close
+MAX_INT_DIGITS = 100            # an integer in the JSON longer than this is a 400
+REJECT_LOG_BURST = 20           # rejection log lines per REJECT_LOG_WINDOW; then one summary
+REJECT_LOG_WINDOW = 10.0
+
+# Annotations a line keeps first, in this order (_by_priority).
+ANNOTATION_ORDER = ("summary", "runbook_url", "dashboard", "description")
+REASONS = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
+           414: "URI Too Long"}
+
+
+class Reject(Exception):  # noqa: N818 - an answer, not a failure of the sink
+    """Answer `code` with `reason` (one log line, no traceback)."""
+
+    def __init__(self, code: int, reason: str):
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class RotatingFile:
+    """Appends lines to `path`; past `max_bytes` renames it to PATH.1 (PATH.1 to PATH.2, ...,
+    keeping `backups` old files) and starts a new one. A write that fails is logged once and
+    dropped: a full disk does not stop the sink."""
+
+    def __init__(self, path: str | os.PathLike, max_bytes: int = LOG_MAX_BYTES,
+                 backups: int = LOG_BACKUPS):
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._file = self.path.open("a")  # OSError here is the caller's (a bad --log-file)
+        self._size = self._file.tell()
+        self._failed = False
+
+    def write(self, text: str) -> None:
+        try:
+            if self._size and self._size + len(text) > self.max_bytes:
+                self._rotate()
+            self._file.write(text)
+            self._size += len(text)  # lines are ASCII (json.dumps' ensure_ascii)
+            self._failed = False
+        except OSError as err:
+            if not self._failed:
+                log.error("cannot write %s: %s (alerts go to stdout only until it works)",
+                          self.path, err)
+            self._failed = True
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        for i in range(self.backups - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        if self.backups > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self._file = self.path.open("w")
+        self._size = 0
 
 
 class AlertSink:
-    def __init__(self, host: str, port: int, streams: list[IO[str]]):
-        self.received: list[dict] = []
+    def __init__(self, host: str, port: int, streams: list[IO[str]], *,
+                 log_file: RotatingFile | str | os.PathLike | None = None,
+                 log_max_bytes: int = LOG_MAX_BYTES, log_backups: int = LOG_BACKUPS,
+                 timeout: float = TIMEOUT):
+        self._received: collections.deque[dict] = collections.deque(maxlen=KEEP)
         self.rejected = 0
+        self.timeout = timeout
         self._lock = threading.Lock()
-        self._streams = streams
-        sink = self
+        self._streams: list = list(streams)
+        if isinstance(log_file, RotatingFile):
+            self._streams.append(log_file)
+        elif log_file is not None:
+            self._streams.append(RotatingFile(log_file, log_max_bytes, log_backups))
+        self._sock = socket.create_server((host, port), backlog=128)  # OSError: the caller's
+        self.port = self._sock.getsockname()[1]
+        self._connections = 0
+        self._bodies: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._reject_window = (0.0, 0, 0)  # window start, lines logged, lines suppressed
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                receiver = self.path.strip("/").split("?")[0] or "default"
-                length = int(self.headers.get("Content-Length") or 0)
-                if length <= 0 or length > MAX_BODY:
-                    sink.rejected += 1
-                    self._answer(413 if length > MAX_BODY else 400, {"error": "bad length"})
-                    return
-                try:
-                    payload = json.loads(self.rfile.read(length))
-                    alerts = payload["alerts"]
-                    if not isinstance(alerts, list):
-                        raise TypeError("alerts is not a list")
-                except (ValueError, KeyError, TypeError) as err:
-                    sink.rejected += 1
-                    self._answer(400, {"error": f"not an Alertmanager webhook payload: {err}"})
-                    return
-                sink.record(receiver, alerts)
-                self._answer(200, {"received": len(alerts)})
-
-            def do_GET(self):  # noqa: N802
-                with sink._lock:
-                    if self.path.startswith("/alerts"):
-                        self._answer(200, sink.received)
-                    else:
-                        counts: dict[str, int] = {}
-                        for a in sink.received:
-                            counts[a["receiver"]] = counts.get(a["receiver"], 0) + 1
-                        self._answer(200, {"received": counts, "rejected": sink.rejected})
-
-            def _answer(self, code: int, body) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-
-    def record(self, receiver: str, alerts: list) -> None:
-        now = time.time()
+    @property
+    def received(self) -> list[dict]:
+        """The last KEEP alerts received, oldest first (a copy)."""
         with self._lock:
-            for alert in alerts:
-                if not isinstance(alert, dict):
+            return list(self._received)
+
+    # -- recording ------------------------------------------------------------------------
+    def record(self, receiver: str, alerts: list) -> int:
+        """Log `alerts` (an Alertmanager payload's list) for `receiver`: how many were kept."""
+        now = time.time()
+        lines = []
+        with self._lock:
+            for i, alert in enumerate(alerts):
+                if i >= MAX_ALERTS:
+                    self.rejected += len(alerts) - MAX_ALERTS
+                    self._note_reject(f"/{receiver[:RECEIVER_MAX]}: {len(alerts) - MAX_ALERTS} "
+                                      f"alerts past the first {MAX_ALERTS} of one request "
+                                      "not logged")
+                    break
+                entry = bounded_entry(now, receiver, alert)
+                if entry is None:
                     self.rejected += 1
                     continue
-                entry = {
-                    "time": now, "receiver": receiver, "status": str(alert.get("status", "")),
-                    "labels": _strings(alert.get("labels")),
-                    "annotations": _strings(alert.get("annotations")),
-                    "startsAt": str(alert.get("startsAt", "")),
-                }
-                self.received.append(entry)
-                line = json.dumps(entry, sort_keys=True)
-                for stream in self._streams:
-                    stream.write(line + "\n")
+                self._received.append(entry)
+                lines.append(json.dumps(entry, sort_keys=True) + "\n")
+            text = "".join(lines)
+            for stream in self._streams:
+                try:
+                    stream.write(text)
                     stream.flush()
-            del self.received[:-KEEP]
+                except (OSError, ValueError) as err:  # a closed stdout, a full disk
+                    self._note_reject(f"cannot write an alert line: {err}")
+        return len(lines)
 
+    def summary(self) -> dict:
+        counts: dict[str, int] = {}
+        for a in self.received:
+            counts[a["receiver"]] = counts.get(a["receiver"], 0) + 1
+        return {"received": counts, "rejected": self.rejected}
+
+    def _note_reject(self, message: str) -> None:
+        """One log line per rejection, at most REJECT_LOG_BURST per REJECT_LOG_WINDOW; then
+        one line saying how many were not logged."""
+        now = time.monotonic()
+        start, logged, suppressed = self._reject_window
+        if now - start > REJECT_LOG_WINDOW:
+            if suppressed:
+                log.warning("%d more rejections in the last %.0f s not logged", suppressed,
+                            REJECT_LOG_WINDOW)
+            start, logged, suppressed = now, 0, 0
+        if logged < REJECT_LOG_BURST:
+            log.warning("rejected: %s", message[:300])
+            logged += 1
+        else:
+            suppressed += 1
+        self._reject_window = (start, logged, suppressed)
+
+    # -- serving --------------------------------------------------------------------------
     def serve_forever(self) -> None:
-        self._server.serve_forever()
+        asyncio.run(self._serve())
 
     def start(self) -> None:
-        threading.Thread(target=self.serve_forever, daemon=True, name="alert-sink").start()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve(ready)),
+                                        daemon=True, name="alert-sink")
+        self._thread.start()
+        ready.wait(10)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        for stream in self._streams:
+            if isinstance(stream, RotatingFile):
+                stream.close()
+
+    async def _serve(self, ready: threading.Event | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(_quiet_exception_handler)
+        self._stop = asyncio.Event()
+        self._bodies = asyncio.Semaphore(MAX_BODIES)
+        server = await asyncio.start_server(self._connection, sock=self._sock,
+                                            limit=MAX_LINE)
+        if ready is not None:
+            ready.set()
+        async with server:
+            await self._stop.wait()
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        if self._connections >= MAX_CONNECTIONS:
+            writer.transport.abort()
+            return
+        self._connections += 1
+        try:
+            await asyncio.wait_for(self._exchange(reader, writer), self.timeout)
+            await _linger(reader, writer)
+        except asyncio.TimeoutError:
+            self.rejected += 1
+            self._note_reject(f"{_peer(writer)}: no complete request in {self.timeout:g} s")
+            with contextlib.suppress(Exception):
+                writer.write(_response(408, {"error": "request timeout"}))
+                await _linger(reader, writer)
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        except Exception as err:  # noqa: BLE001 - one line, never a traceback, keep serving
+            log.error("alert sink: %s from %s: %s", type(err).__name__, _peer(writer), err)
+        finally:
+            self._connections -= 1
+            writer.close()
+            try:  # a client that reads nothing does not hold the connection either
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            except Exception:  # noqa: BLE001
+                writer.transport.abort()
+
+    async def _exchange(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        try:
+            code, body = await self._handle(reader, writer)
+        except Reject as err:
+            self.rejected += 1
+            self._note_reject(f"{_peer(writer)}: {err.code} {err.reason}")
+            code, body = err.code, {"error": err.reason}
+        writer.write(_response(code, body))
+        await writer.drain()
+
+    async def _handle(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> tuple[int, object]:
+        method, target, headers = await _read_head(reader)
+        path = target.split("?", 1)[0]
+        if method == "GET":
+            if path.startswith("/alerts"):
+                return 200, self.received
+            return 200, self.summary()
+        if method != "POST":
+            raise Reject(405, f"method {method[:16]!r} not allowed")
+        receiver = path.strip("/") or "default"  # cut to RECEIVER_MAX in each entry
+        if "transfer-encoding" in headers:
+            raise Reject(411, "a Content-Length is required (no chunked bodies)")
+        length = _content_length(headers)
+        if headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        async with self._bodies:
+            raw = await reader.readexactly(length)
+        try:
+            payload = json.loads(raw, parse_int=_bounded_int)
+        except RecursionError:
+            raise Reject(400, "JSON nested too deep") from None
+        except ValueError as err:
+            raise Reject(400, f"not JSON: {str(err)[:100]}") from None
+        alerts = payload.get("alerts") if isinstance(payload, dict) else None
+        if not isinstance(alerts, list):
+            raise Reject(400, "not an Alertmanager webhook payload: no list of alerts")
+        return 200, {"received": self.record(receiver, alerts)}
 
 
-def _strings(value) -> dict[str, str]:
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After the answer: say so (half-close), then read and drop what the client still sends,
+    for up to LINGER seconds and MAX_BODY bytes. Closing with unread data would reset the
+    connection, and a client still sending would lose its 400/413/414."""
+    with contextlib.suppress(Exception):
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        deadline = time.monotonic() + LINGER
+        dropped = 0
+        while dropped < MAX_BODY and (left := deadline - time.monotonic()) > 0:
+            chunk = await asyncio.wait_for(reader.read(65536), left)
+            if not chunk:
+                break
+            dropped += len(chunk)
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    """Request line and headers, each line at most MAX_LINE, at most MAX_HEADERS of them."""
+    line = await _read_line(reader, 414, "request line too long")
+    if not line:
+        raise asyncio.IncompleteReadError(b"", None)
+    parts = line.decode("latin-1").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise Reject(400, "not an HTTP/1.x request line")
+    method, target, _ = parts
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = await _read_line(reader, 400, "header line too long")
+        if line in (b"\r\n", b"\n"):
+            return method, target, headers
+        if not line:
+            raise asyncio.IncompleteReadError(b"", None)
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep:
+            raise Reject(400, "malformed header line")
+        name = name.strip().lower()
+        value = value.strip()
+        if name == "content-length" and headers.get(name, value) != value:
+            raise Reject(400, "conflicting Content-Length headers")
+        headers[name] = value
+    raise Reject(400, f"more than {MAX_HEADERS} header lines")
+
+
+async def _read_line(reader: asyncio.StreamReader, code: int, reason: str) -> bytes:
+    try:
+        return await reader.readuntil(b"\n")
+    except asyncio.LimitOverrunError:
+        raise Reject(code, reason) from None
+    except asyncio.IncompleteReadError as err:
+        if err.partial:
+            raise Reject(400, "incomplete request line or header") from None
+        return b""
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    value = headers.get("content-length")
+    if value is None:
+        raise Reject(411, "a Content-Length is required")
+    if not value.isdigit() or len(value) > 12:
+        raise Reject(400, f"bad Content-Length {value[:20]!r}")
+    length = int(value)
+    if length == 0:
+        raise Reject(400, "empty body")
+    if length > MAX_BODY:
+        raise Reject(413, f"body of {length} bytes is over the {MAX_BODY} byte limit")
+    return length
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:  # int() of a long one is slow, and no alert has one
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _response(code: int, body: object) -> bytes:
+    data = json.dumps(body).encode()
+    head = (f"HTTP/1.1 {code} {REASONS.get(code, 'OK')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n")
+    return head.encode() + data
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+
+
+def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    err = context.get("exception")
+    log.error("alert sink: %s", f"{type(err).__name__}: {err}" if err else context["message"])
+
+
+# -- one bounded line per alert ----------------------------------------------------------------
+def bounded_entry(now: float, receiver: str, alert: object) -> dict | None:
+    """The logged form of one alert: at most LINE_MAX bytes as a JSON line (newline included);
+    names and values cut to their limits, then kept while the line has room in the order of
+    _by_priority. `truncated: true` says something was cut or left out. None for an alert
+    without labels (not Alertmanager's)."""
+    if not isinstance(alert, dict):
+        return None
+    labels = _cut(alert.get("labels"), LABEL_VALUE_MAX)
+    if not labels:
+        return None
+    annotations = _cut(alert.get("annotations"), ANNOTATION_VALUE_MAX)
+    status, starts_at = _scalar(alert.get("status", "")), _scalar(alert.get("startsAt", ""))
+    cut = (labels.pop(None, False) | annotations.pop(None, False)
+           | (len(receiver) > RECEIVER_MAX) | (max(len(status), len(starts_at)) > FIELD_MAX))
+    entry = {"time": now, "receiver": receiver[:RECEIVER_MAX], "status": status[:FIELD_MAX],
+             "labels": {}, "annotations": {}, "startsAt": starts_at[:FIELD_MAX],
+             "truncated": True}
+    room = LINE_MAX - 1 - len(json.dumps(entry))
+    for where, name, value in _by_priority(labels, annotations):
+        cost = len(json.dumps(name)) + len(json.dumps(value)) + 4  # ": " and ", "
+        if cost <= room:
+            entry[where][name] = value
+            room -= cost
+        else:
+            cut = True
+    if not cut:
+        del entry["truncated"]
+    return entry
+
+
+def _cut(value: object, value_max: int) -> dict:
+    """A dict's first MAX_KEYS items as str -> str, cut to NAME_MAX and `value_max`; key None
+    is True when anything was cut or left out."""
     if not isinstance(value, dict):
         return {}
-    return {str(k)[:200]: str(v)[:2000] for k, v in value.items()}
+    out: dict = {}
+    cut = len(value) > MAX_KEYS
+    for i, (k, v) in enumerate(value.items()):
+        if i >= MAX_KEYS:
+            break
+        name, text = str(k), _scalar(v)
+        cut |= len(name) > NAME_MAX or len(text) > value_max
+        out[name[:NAME_MAX]] = text[:value_max]
+    if cut:
+        out[None] = True
+    return out
+
+
+def _scalar(value: object) -> str:
+    """A JSON scalar as text; a list or object (never Alertmanager's) as its type's name."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)[:64]
+    return f"<{type(value).__name__}>"
+
+
+def _by_priority(labels: dict, annotations: dict) -> list[tuple[str, str, str]]:
+    """What a line keeps first while it has room: the labels that name the alert, its summary,
+    the other labels, then runbook_url, dashboard, description and the other annotations."""
+    first = [k for k in ("alertname", "severity", "instance") if k in labels]
+    order = [("labels", k) for k in first]
+    order += [("annotations", "summary")] if "summary" in annotations else []
+    order += [("labels", k) for k in labels if k not in first]
+    order += [("annotations", k) for k in ANNOTATION_ORDER[1:] if k in annotations]
+    order += [("annotations", k) for k in annotations if k not in ANNOTATION_ORDER]
+    return [(where, k, (labels if where == "labels" else annotations)[k]) for where, k in order]
