@@ -167,6 +167,11 @@ METRICS: tuple[MetricSpec, ...] = (
        "with its first line.", LOG),
     _m("log_rotations_total", "counter", SERVER,
        "Times the followed log file was rotated or truncated.", LOG),
+    _m("log_dropped_lines_total", "counter", (*SERVER, "reason"),
+       "Log lines not parsed, by reason: too_long (over 64 KiB, skipped unread) or not_sglang "
+       "(not starting with SGLang's log prefix after a known wrapper); also counted as "
+       "log_lines_total{kind=\"unparsed\"}. A reason's series appears with its first line.",
+       LOG),
     _m("log_prefill_batches_total", "counter", SERVER, "Prefill batch lines.", LOG),
     _m("log_prefill_new_tokens_total", "counter", SERVER,
        "Prompt tokens computed by prefill (#new-token).", LOG),

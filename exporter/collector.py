@@ -214,7 +214,7 @@ class LogCollector:
 
     def collect(self) -> Iterator:
         fam = {n: _family(n) for n in (
-            "log_source_up", "log_lines_total", "log_rotations_total",
+            "log_source_up", "log_lines_total", "log_rotations_total", "log_dropped_lines_total",
             "log_prefill_batches_total", "log_prefill_new_tokens_total",
             "log_prefill_cached_tokens_total", "log_decode_reports_total",
             "log_retracted_requests_total", "log_health_check_failures_total",
@@ -230,6 +230,8 @@ class LogCollector:
                                             1.0 if source.up else 0.0)
             for kind, count in sorted(snap.lines.items()):
                 fam["log_lines_total"].add_metric([source.server, kind], count)
+            for reason, count in sorted(snap.dropped.items()):
+                fam["log_dropped_lines_total"].add_metric([source.server, reason], count)
             for name, value in (
                 ("log_rotations_total", source.rotations),
                 ("log_prefill_batches_total", snap.prefill_batches),

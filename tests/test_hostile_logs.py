@@ -319,6 +319,12 @@ def test_lines_not_sglang_and_too_long_are_counted_apart(tmp_path):
     snap = stats.snapshot()
     assert snap.dropped == {"not_sglang": 2, "too_long": 1}
     assert snap.lines["unparsed"] == 3
+    follower.server = "s"
+    registry = CollectorRegistry()
+    registry.register(GuardedCollector([LogCollector([follower])]))
+    for reason, n in (("not_sglang", 2), ("too_long", 1)):
+        assert registry.get_sample_value("sglang_obs_log_dropped_lines_total",
+                                         {"server": "s", "reason": reason}) == n
     assert snap.pending_prefill_tokens == 9
 
 
