@@ -8,6 +8,7 @@ import contextlib
 import difflib
 import functools
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """Terminate, then kill what does not exit within `timeout`, and reap it."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:

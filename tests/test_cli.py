@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fake_sglang import Route
-from helpers import free_port, wait_for
+from helpers import free_port, stop_process, wait_for
 
 EXPORTER = str(Path(sys.executable).parent / "sglang-exporter")
 METRICS = (
@@ -53,11 +53,7 @@ def run_exporter():
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def wait_serving(port, proc):

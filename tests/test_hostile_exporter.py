@@ -38,7 +38,7 @@ from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.web import Exposition, make_app, serve
 
-from helpers import free_port, wait_for
+from helpers import free_port, stop_process, wait_for
 
 EXPORTER = str(Path(sys.executable).parent / "sglang-exporter")
 INTERVAL = 0.4  # poll interval of the exporter under test
@@ -475,12 +475,7 @@ def run_exporter():
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def scrape(port: int, path: str = "/metrics") -> str:
