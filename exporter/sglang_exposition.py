@@ -7,15 +7,20 @@ Three traps handled here, all described in the SGLang reference:
 - ranks: scheduler series repeat per tp/pp/ep rank (and constants on every rank) and split per
   dp_rank; `pid`-labelled gauges repeat per process. Load is max within a DP rank, summed over DP
   ranks; ratios are the worst (max) rank. Priority-split series keep only the total (`priority=""`).
+
+The body is read by a targeted line scan, not a full parser: a real 0.5.23 answer has ~1,000
+sample lines (histogram buckets mostly) of which about forty are kept. Every non-comment line is
+split at its name; only lines of a wanted name get their label set and value parsed (fully: any
+label order, escapes, timestamps, OpenMetrics exemplars). Lines of other names are counted
+(sample_count, spelling) after a cheap shape check. A line that is not a sample (junk, a wanted
+sample whose labels or value do not parse) is skipped and counted in `malformed_lines`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import re
 from dataclasses import dataclass, field
-
-from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 COLON_PREFIX = "sglang:"
 UNDERSCORE_PREFIX = "sglang_"
@@ -62,6 +67,7 @@ class NativeMetrics:
     model_name: str = ""
     spelling: str = "none"  # colon | underscore | mixed | none
     sample_count: int = 0
+    malformed_lines: int = 0  # non-comment lines that are not a readable sample (skipped)
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -71,60 +77,277 @@ class NativeMetrics:
         return any(name in self.values for name in SCHEDULER_PRESENCE)
 
 def parse_exposition(text: str, content_type: str = "") -> NativeMetrics:
-    """Parse an exposition body and aggregate the wanted SGLang series across ranks."""
+    """Parse an exposition body and aggregate the wanted SGLang series across ranks.
+
+    Lines that are no readable sample are skipped and counted (`malformed_lines`); a body with no
+    sample at all, or a truncated one, raises ExpositionError.
+    """
     if "openmetrics" in content_type.lower():
-        # prometheus_client's strict OpenMetrics parser rejects exactly what SGLang sends with
-        # escaping=underscores (sample names no longer match the HELP/TYPE names). The text
-        # parser reads the same samples; the mandatory `# EOF` still detects truncation.
-        body = text.rstrip("\n")
-        if not body.endswith("# EOF"):
+        # The mandatory `# EOF` line detects truncation.
+        body = text.rstrip()
+        if not (body == "# EOF" or body.endswith("\n# EOF")):
             raise ExpositionError("OpenMetrics body without '# EOF' (truncated)")
         text = body[: -len("# EOF")]
-    try:
-        return _aggregate(_samples(parse_text(text)))
-    except ExpositionError:
-        raise
-    except Exception as err:  # the parsers raise ValueError, KeyError, IndexError, ... on junk
-        raise ExpositionError(f"{type(err).__name__}: {err}"[:200]) from None
+    else:
+        # The text format ends every line, the last included, with a line feed: a body whose last
+        # line has none was cut (possibly inside a value, which would still read as a number).
+        last = text[text.rfind("\n") + 1 :]
+        if last and not last.isspace():
+            raise ExpositionError("body does not end with a line feed (truncated)")
+    return _scan(text)
 
-def _samples(families) -> Iterable[tuple[str, str, dict[str, str], float]]:
-    for family in families:
-        for sample in family.samples:
-            name = sample.name
-            if name.startswith(COLON_PREFIX):
-                spelling, bare = "colon", name[len(COLON_PREFIX):]
-            elif name.startswith(UNDERSCORE_PREFIX):
-                spelling, bare = "underscore", name[len(UNDERSCORE_PREFIX):]
-            else:
-                yield "", "", sample.labels, sample.value
+# --- the scan ------------------------------------------------------------------------------------
+
+_COLON, _UNDERSCORE = 1, 2  # spelling bits of a name code
+_SPELLINGS = ("none", "colon", "underscore", "mixed")
+_JUNK = -1  # name code of something that is no metric name
+_WANTED_BARE = tuple(sorted(WANTED))
+
+def _wanted_codes() -> dict[str, int]:
+    """Exposed sample name -> code: wanted-name index + 1 above the two spelling bits."""
+    codes = {}
+    for index, bare in enumerate(_WANTED_BARE, start=1):
+        exposed = [bare] + sorted(old for old, new in RENAMES.items() if new == bare)
+        for name in exposed:
+            codes[COLON_PREFIX + name] = index << 2 | _COLON
+            codes[UNDERSCORE_PREFIX + name] = index << 2 | _UNDERSCORE
+    return codes
+
+_WANTED_CODES = _wanted_codes()
+# Names seen so far -> code (the wanted ones, then others as met; emptied back when it grows).
+_NAME_CODES: dict[str, int] = dict(_WANTED_CODES)
+_NAME_CODES_MAX = 4096
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_NAME_TOKEN = re.compile(r"[^{ \t]*")
+
+def _spelling_bits(name: str) -> int:
+    code = _WANTED_CODES.get(name)
+    if code is not None:
+        return code
+    if name.startswith(COLON_PREFIX):
+        return _COLON
+    return _UNDERSCORE if name.startswith(UNDERSCORE_PREFIX) else 0
+
+def _learn(name: str) -> int:
+    """Code of a name not met yet (a valid metric name is required), remembered."""
+    code = _spelling_bits(name) if _METRIC_NAME.fullmatch(name) else _JUNK
+    if len(_NAME_CODES) >= _NAME_CODES_MAX:
+        _NAME_CODES.clear()
+        _NAME_CODES.update(_WANTED_CODES)
+    _NAME_CODES[name] = code
+    return code
+
+# Label sets. A quoted value holds anything but an unescaped quote; escapes are \\ \" \n (any
+# other backslash pair is kept as it is, as prometheus_client does). Names starting with `__` are
+# reserved; `__name__` (or a bare quoted name) only names the metric in the `{"name", ...}` form.
+_VALUE = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_LABEL_NAME = r"(?!__)[a-zA-Z_][a-zA-Z0-9_]*"
+_PAIR = _LABEL_NAME + r"[ \t]*=[ \t]*" + _VALUE
+# The common shape, checked by one match: unquoted names, comma separated, trailing comma allowed.
+_LABEL_SET = re.compile(
+    r"\{[ \t]*(?:" + _PAIR + r"[ \t]*(?:,[ \t]*" + _PAIR + r"[ \t]*)*(?:,[ \t]*)?)?\}"
+)
+_PAIRS = re.compile(r"(" + _LABEL_NAME + r')[ \t]*=[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)"')
+# One item of any label set, for the lines the common shape does not cover (quoted names).
+_ITEM = re.compile(
+    r'[ \t]*(?:([a-zA-Z_][a-zA-Z0-9_]*)|"([^"\\]*(?:\\.[^"\\]*)*)")'
+    r'[ \t]*(?:=[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)")?[ \t]*([,}])'
+)
+_ESCAPE = re.compile(r'\\[\\n"]')
+_UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: _UNESCAPED[m.group(0)], value)
+
+class _Malformed(Exception):
+    """A non-comment line that is not a readable sample."""
+
+def _scan(text: str) -> NativeMetrics:
+    codes = _NAME_CODES.get
+    count = 0
+    bits = 0
+    malformed = 0
+    kept: list[tuple[int, dict[str, str], float]] = []  # wanted samples: code, raw labels, value
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            continue
+        i = line.find("{")
+        if i > 0:  # name{labels} value ...
+            name = line[:i]
+            code = codes(name)
+            if code is None:
+                code = _learn(name)
+            if code > 3:
+                match = _LABEL_SET.match(line, i)
+                if match is not None:
+                    end = match.end()
+                    rest = line[end:]
+                    try:
+                        if "_" in rest:
+                            raise ValueError
+                        value = float(rest)  # the common case: just the value
+                    except ValueError:
+                        value = _value(rest)
+                    if value is not None:
+                        pairs = _PAIRS.findall(line, i, end)
+                        labels = dict(pairs)
+                        if len(labels) == len(pairs):
+                            count += 1
+                            bits |= code
+                            kept.append((code, labels, value))
+                            continue
+                # else: not the common shape, read in full below
+            elif code >= 0 and line.rfind("}") > i and line[-1] != "}":
+                count += 1  # a sample not kept: counted, its labels unread
+                bits |= code
                 continue
-            yield spelling, RENAMES.get(bare, bare), sample.labels, sample.value
+        elif i < 0:  # name value ...
+            k = line.find(" ")
+            if k > 0:
+                name = line[:k]
+                code = codes(name)
+                if code is None:
+                    code = _learn(name)
+                if 0 <= code <= 3 and k < len(line) - 1:
+                    count += 1
+                    bits |= code
+                    continue
+        # Anything else (leading blanks, `{"name", ...}`, wanted samples of a rarer shape, junk).
+        try:
+            sample = _read_line(line)
+        except _Malformed:
+            malformed += 1
+            continue
+        if sample is None:  # blank or comment
+            continue
+        name, labels, value = sample
+        code = _spelling_bits(name)
+        count += 1
+        bits |= code
+        if code > 3:
+            kept.append((code, labels, value))
+    if count == 0:
+        detail = f" ({malformed} malformed lines)" if malformed else ""
+        raise ExpositionError("no samples in the body" + detail)
+    out = _aggregate(kept)
+    out.sample_count = count
+    out.malformed_lines = malformed
+    out.spelling = _SPELLINGS[bits & 3]
+    return out
 
-def _aggregate(samples) -> NativeMetrics:
+def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:
     out = NativeMetrics()
-    spellings: set[str] = set()
     # name -> (model_name, dp_rank) -> max value
     per_dp: dict[str, dict[tuple[str, str], float]] = {}
-    for spelling, bare, labels, value in samples:
-        out.sample_count += 1
-        if not spelling:
-            continue
-        spellings.add(spelling)
-        if bare not in WANTED or labels.get("priority", "") != "":
-            continue
-        if not isinstance(value, float | int) or math.isnan(value):
-            continue
-        model = labels.get("model_name", "")
+    for code, labels, value in kept:
+        if labels.get("priority", "") != "" or math.isnan(value):
+            continue  # (an escaped value is never empty, so the raw value tells)
+        bare = _WANTED_BARE[(code >> 2) - 1]
+        model = _unescape(labels.get("model_name", ""))
         if model and not out.model_name and bare in SCHEDULER_PRESENCE:
             out.model_name = model
-        key = (model, labels.get("dp_rank", "") if bare in ADDITIVE else "")
+        key = (model, _unescape(labels.get("dp_rank", "")) if bare in ADDITIVE else "")
         groups = per_dp.setdefault(bare, {})
         groups[key] = max(value, groups.get(key, -math.inf))
-    if out.sample_count == 0:
-        raise ExpositionError("no samples in the body")
     for bare, groups in per_dp.items():
         out.values[bare] = sum(groups.values()) if bare in ADDITIVE else max(groups.values())
-    out.spelling = (
-        "mixed" if len(spellings) > 1 else next(iter(spellings)) if spellings else "none"
-    )
     return out
+
+def _read_line(line: str) -> tuple[str, dict[str, str], float] | None:
+    """(name, raw label values, value) of one line read in full; None for a blank or a comment."""
+    s = line.strip()
+    if not s or s[0] == "#":
+        return None
+    if s[0] == "{":  # {"name", labels} value: the name inside the label set
+        labels, end = _read_labels(s, 0, name_inside=True)
+        name = labels.pop("__name__", None)
+        if name is None:
+            raise _Malformed
+        name = _unescape(name)
+    else:
+        name = _NAME_TOKEN.match(s).group(0)
+        if not _METRIC_NAME.fullmatch(name):
+            raise _Malformed
+        end = len(name)
+        while end < len(s) and s[end] in " \t":
+            end += 1
+        if end < len(s) and s[end] == "{":
+            labels, end = _read_labels(s, end, name_inside=False)
+        else:
+            labels = {}
+            if end == len(name):
+                raise _Malformed  # name glued to something
+    value = _value(s[end:])
+    if value is None:
+        raise _Malformed
+    return name, labels, value
+
+def _read_labels(s: str, start: int, name_inside: bool) -> tuple[dict[str, str], int]:
+    """Raw label values of the set opening at s[start] and the index after its `}`."""
+    labels: dict[str, str] = {}
+    pos = start + 1
+    while pos < len(s) and s[pos] in " \t":
+        pos += 1
+    if s.startswith("}", pos):
+        return labels, pos + 1
+    while True:
+        m = _ITEM.match(s, pos)
+        if m is None:
+            raise _Malformed
+        plain, quoted, value, sep = m.groups()
+        if value is None:  # a bare item: only a quoted metric name, only in `{"name", ...}`
+            if quoted is None or not name_inside:
+                raise _Malformed
+            name, value = "__name__", quoted
+        else:
+            name = plain if plain is not None else _unescape(quoted)
+            if name.startswith("__") and not (name == "__name__" and name_inside):
+                raise _Malformed
+        if name in labels:
+            raise _Malformed
+        labels[name] = value
+        pos = m.end()
+        if sep == "}":
+            return labels, pos
+        while pos < len(s) and s[pos] in " \t":
+            pos += 1
+        if s.startswith("}", pos):  # trailing comma
+            return labels, pos + 1
+
+def _number(token: str) -> float | None:
+    if "_" in token:
+        return None
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+def _value(rest: str) -> float | None:
+    """The value of `value [timestamp] [# {exemplar labels} value [timestamp]]`, or None."""
+    s = rest.strip()
+    if not s:
+        return None
+    sep = " " if " " in s else "\t"
+    mark = s.find("#")
+    if mark >= 0:  # an exemplar, ignored but checked: ` # {labels} value [timestamp]`
+        if s[mark - 1 : mark + 2] != " # ":
+            return None
+        exemplar = s[mark + 1 :].strip()
+        m = _LABEL_SET.match(exemplar)
+        if m is None or not exemplar.startswith(sep, m.end()):
+            return None
+        if not _numbers(exemplar[m.end() :], sep):
+            return None
+        s = s[:mark]
+    tokens = [t for t in (t.strip() for t in s.split(sep)) if t]
+    if not 1 <= len(tokens) <= 2 or (len(tokens) == 2 and _number(tokens[1]) is None):
+        return None
+    return _number(tokens[0])
+
+def _numbers(s: str, sep: str) -> bool:
+    """`value [timestamp]`"""
+    tokens = [t for t in (t.strip() for t in s.split(sep)) if t]
+    return 1 <= len(tokens) <= 2 and all(_number(t) is not None for t in tokens)
