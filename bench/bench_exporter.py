@@ -47,6 +47,7 @@ import http.client
 import json
 import math
 import os
+import selectors
 import signal
 import socket
 import statistics
@@ -241,21 +242,23 @@ def summary(samples: list[float], scale: float = 1.0) -> dict:
             "p99": percentile(samples, 99) * scale}
 
 
-def cpu_per_call(fn, iterations: int) -> float:
-    start = time.process_time()
-    for _ in range(iterations):
-        fn()
-    return (time.process_time() - start) / iterations
-
-
 def interleaved_cpu(sides: dict, rounds: int, iterations: int) -> dict:
-    """CPU seconds per call of each side, per round; sides alternate order round by round.
-    With two sides, the first is ours and the second the yardstick: their ratio is added."""
-    per_round: dict[str, list[float]] = {name: [] for name in sides}
+    """CPU seconds per call of each side, per round. Call by call interleaved (one call of each
+    side in turn, the order alternating), so a drift of the machine's speed hits every side
+    alike. With two sides, the first is ours and the second the yardstick: their ratio is added."""
     names = list(sides)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else reversed(names):
-            per_round[name].append(cpu_per_call(sides[name], iterations))
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    clock = time.process_time
+    for _ in range(rounds):
+        spent = dict.fromkeys(names, 0.0)
+        for i in range(iterations):
+            for name in names if i % 2 == 0 else reversed(names):
+                fn = sides[name]
+                start = clock()
+                fn()
+                spent[name] += clock() - start
+        for name in names:
+            per_round[name].append(spent[name] / iterations)
     out = {name: {"min_ms": min(v) * 1e3, "median_ms": statistics.median(v) * 1e3,
                   "rounds_ms": [round(x * 1e3, 4) for x in v]} for name, v in per_round.items()}
     if len(names) == 2:
@@ -483,48 +486,100 @@ def free_port() -> int:
 
 
 def polls_state(port: int) -> dict:
-    """Sum of sglang_obs_polls_total, servers up, poll errors (text format, no gzip)."""
-    _, body, headers = scrape(port, {"Accept": "text/plain;version=0.0.4"})
+    """Sum of sglang_obs_polls_total, servers up, poll errors (text format, no gzip). `at` is
+    when the request went out: the exporter reads the snapshots first, then renders."""
+    at = time.monotonic()
+    _, body, headers = scrape(port, {"Accept": "text/plain;version=0.0.4"}, SCRAPE_TIMEOUT * 3)
     polls = errors = up = 0.0
+    polled = 0
     for line in _decoded(body, headers).decode().splitlines():
         if line.startswith("sglang_obs_polls_total{"):
             polls += float(line.rsplit(" ", 1)[1])
+            polled += float(line.rsplit(" ", 1)[1]) >= 1
         elif line.startswith("sglang_obs_poll_errors_total{"):
             errors += float(line.rsplit(" ", 1)[1])
         elif line.startswith("sglang_obs_up{"):
             up += float(line.rsplit(" ", 1)[1])
-    return {"polls": polls, "errors": errors, "up": up, "at": time.monotonic()}
+    return {"polls": polls, "errors": errors, "up": up, "polled": polled, "at": at}
 
 
-def scrape_load(port: int, scrapers: int, seconds: float) -> dict:
-    """`scrapers` clients scraping back to back (closed loop) for `seconds`. A scrape that
-    fails (no answer within SCRAPE_TIMEOUT) counts with the time it took: the percentiles are
-    then lower bounds."""
+def scrape_load(port: int, scrapers: int, seconds: float, burst_every: float = 0.0) -> dict:
+    """`scrapers` concurrent clients for `seconds`: back to back (closed loop: a client starts
+    its next scrape when its last one ends), or, with `burst_every`, all of them at the same
+    moment once every `burst_every` seconds (as that many Prometheus servers scraping alike).
+
+    One thread drives every client over non-blocking sockets (a selector), so the client side
+    adds no GIL contention of its own: each request is Prometheus' (its Accept header, gzip) on
+    a fresh connection, timed from connect to the server's close. A scrape that fails (no full
+    answer within SCRAPE_TIMEOUT) counts with the time it took: the percentiles are then lower
+    bounds."""
+    request = ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: bench\r\n"
+               + "".join(f"{k}: {v}\r\n" for k, v in SCRAPE_HEADERS.items())
+               + "Connection: close\r\n\r\n").encode()
     latencies: list[float] = []
-    failures = []
+    failures: list[str] = []
+    sel = selectors.DefaultSelector()
     stop_at = time.monotonic() + seconds
-    lock = threading.Lock()
+    active = 0
+    again = not burst_every
 
-    def client():
-        mine = []
-        while time.monotonic() < stop_at:
-            start = time.perf_counter()
+    def start() -> None:
+        nonlocal active
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        sel.register(sock, selectors.EVENT_WRITE, [time.perf_counter(), []])
+        active += 1
+
+    def done(sock, state, error: str | None) -> None:
+        nonlocal active
+        sel.unregister(sock)
+        sock.close()
+        active -= 1
+        latencies.append(time.perf_counter() - state[0])
+        body = b"".join(state[1])
+        if error is None and not body.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200")):
+            error = f"answer {body[:20]!r}"
+        if error is not None:
+            failures.append(error)
+        if again and time.monotonic() < stop_at:
+            start()
+
+    next_burst = time.monotonic()
+    while True:
+        if not active:
+            if time.monotonic() >= stop_at or (again and latencies):
+                break
+            if latencies and len(failures) >= scrapers and failures[-scrapers:] == [
+                    "timeout"] * scrapers:
+                break  # a whole burst timed out: more of them only add 10 s each
+            time.sleep(max(0.0, next_burst - time.monotonic()))
+            next_burst += burst_every
+            for _ in range(scrapers):
+                start()
+        now = time.perf_counter()
+        for key, _ in sel.select(timeout=0.1):
+            sock, state = key.fileobj, key.data
             try:
-                mine.append(scrape(port, timeout=SCRAPE_TIMEOUT)[0])
-            except (OSError, RuntimeError, http.client.HTTPException) as err:
-                mine.append(time.perf_counter() - start)
-                failures.append(repr(err))
-        with lock:
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=client) for _ in range(scrapers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+                if key.events & selectors.EVENT_WRITE:
+                    sock.sendall(request)  # small: fits the send buffer of a fresh socket
+                    sel.modify(sock, selectors.EVENT_READ, state)
+                    continue
+                chunk = sock.recv(1 << 16)
+            except OSError as err:
+                done(sock, state, repr(err))
+                continue
+            if chunk:
+                state[1].append(chunk)
+            else:
+                done(sock, state, None)
+        for key in list(sel.get_map().values()):
+            if now - key.data[0] > SCRAPE_TIMEOUT:
+                done(key.fileobj, key.data, "timeout")
+    sel.close()
     out = summary(latencies, 1e3) if latencies else {"n": 0}
     return out | {"failures": len(failures), "failure_kinds": sorted(set(failures))[:3],
-                  "scrapers": scrapers, "seconds": seconds}
+                  "scrapers": scrapers, "seconds": seconds, "burst_every": burst_every}
 
 
 # Where a py-spy sample's stack is, by the first rule that matches a frame's file.
@@ -560,14 +615,14 @@ def py_spy(binary: str, pid: int, seconds: float) -> dict:
 
 
 def bench_fleet(files, servers: int, warmup: float, window: float, scrape_seconds: float,
-                fake_procs: int, concurrent: int, spy: str | None = None) -> dict:
+                bursts: int, fake_procs: int, concurrent: int, spy: str | None = None) -> dict:
     with tempfile.TemporaryFile(mode="w+") as log:  # a pipe nobody reads would block logging
-        return _fleet_run(files, servers, warmup, window, scrape_seconds, fake_procs, concurrent,
-                          spy, log)
+        return _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_procs,
+                          concurrent, spy, log)
 
 
-def _fleet_run(files, servers, warmup, window, scrape_seconds, fake_procs, concurrent, spy,
-               log) -> dict:
+def _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_procs, concurrent,
+               spy, log) -> dict:
     fleet = Fleet(servers, fake_procs, files)
     port = free_port()
     exe = Path(sys.executable).parent / "sglang-exporter"
@@ -577,10 +632,10 @@ def _fleet_run(files, servers, warmup, window, scrape_seconds, fake_procs, concu
         argv += ["--sglang.url", url]
     proc = subprocess.Popen(argv, stderr=log, preexec_fn=_die_with_parent)
     try:
-        deadline = time.monotonic() + 30
-        while True:  # listening, and every server polled once
+        deadline = time.monotonic() + 60
+        while True:  # listening, and every server polled at least once
             try:
-                if polls_state(port)["up"] == servers:
+                if polls_state(port)["polled"] == servers:
                     break
             except (OSError, RuntimeError, http.client.HTTPException):
                 pass
@@ -616,6 +671,8 @@ def _fleet_run(files, servers, warmup, window, scrape_seconds, fake_procs, concu
         result["polls_of_due"] = result["polls"] / result["polls_due"]
         result["scrape_1"] = scrape_load(port, 1, scrape_seconds)
         result[f"scrape_{concurrent}"] = scrape_load(port, concurrent, scrape_seconds)
+        result[f"scrape_{concurrent}_bursts"] = scrape_load(port, concurrent, bursts,
+                                                            burst_every=1.0)
         if spy:  # after the measurements: the sampler takes CPU of its own
             result["py_spy_polls_only"] = py_spy(spy, proc.pid, scrape_seconds * 2)
             scrapers = threading.Thread(target=scrape_load,
@@ -673,9 +730,13 @@ def bench_breakdown(files, servers: int, rounds: int, iterations: int) -> dict:
         poll = interleaved_cpu(stages, rounds, iterations)
     finally:
         fleet.close()
-    medians = {name: v["median_ms"] for name, v in poll.items()}
-    medians["rest_snapshot_queue_locks"] = medians["poll_once"] - sum(
-        medians[k] for k in ("http_urllib", "decode_and_parse", "json_and_parse_loads", "derive"))
+    stats = {}
+    for stat in ("min_ms", "median_ms"):
+        v = {name: r[stat] for name, r in poll.items()}
+        v["rest_snapshot_queue_locks"] = v["poll_once"] - sum(
+            v[k] for k in ("http_urllib", "decode_and_parse", "json_and_parse_loads", "derive"))
+        stats[stat] = v
+    medians = stats["median_ms"]
 
     registry = CollectorRegistry()
     registry.register(GuardedCollector([SGLangCollector(pollers)]))
@@ -691,7 +752,8 @@ def bench_breakdown(files, servers: int, rounds: int, iterations: int) -> dict:
     per_poll = medians["poll_once"]
     return {
         "servers": servers, "rounds": rounds, "poll_iterations_per_round": iterations,
-        "poll_stage_median_ms": medians, "poll_stages": poll,
+        "poll_stage_median_ms": medians, "poll_stage_min_ms": stats["min_ms"],
+        "poll_stages": poll,
         "render_stage_median_ms": {k: v["median_ms"] for k, v in render.items()},
         "render": render, "openmetrics_bytes": len(om),
         "model": {
@@ -742,8 +804,9 @@ def markdown(results: dict, concurrent: int) -> str:
         c = f"scrape_{concurrent}"
         frows = ["| servers | exporter CPU, % of a core | fakes' CPU, % of a core | RSS, MiB | "
                  "polls / due | poll errors | scrape p50 / p99, ms, 1 scraper | "
-                 f"scrape p50 / p99, ms, {concurrent} scrapers |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 f"scrape p50 / p99, ms, {concurrent} scrapers back to back | "
+                 f"scrape p50 / p99, ms, {concurrent} scrapers at once, once a second |",
+                 "|---|---|---|---|---|---|---|---|---|"]
 
         def lat(r):
             if not r.get("n"):
@@ -753,11 +816,14 @@ def markdown(results: dict, concurrent: int) -> str:
             return f"{_ms(r['median'])} / {mark}{_ms(r['p99'])}{failed}"
 
         for r in fleet:
+            if "error" in r:
+                frows.append(f"| {r['servers']} | failed: {r['error'][:200]} |")
+                continue
             frows.append(
                 f"| {r['servers']} | {r['cpu_percent_of_core']:.1f} | "
                 f"{r['fakes_cpu_percent_of_core']:.0f} | {r['rss_mib']:.1f} | "
                 f"{r['polls_of_due'] * 100:.1f} % | {r['poll_errors']:.0f} | "
-                f"{lat(r['scrape_1'])} | {lat(r[c])} |")
+                f"{lat(r['scrape_1'])} | {lat(r[c])} | {lat(r[c + '_bursts'])} |")
         table += "\n\n" + "\n".join(frows)
         spied = [(r["servers"], k, v) for r in fleet for k, v in r.items()
                  if k.startswith("py_spy")]
@@ -772,23 +838,25 @@ def markdown(results: dict, concurrent: int) -> str:
             table += "\n\n" + "\n".join(srows)
     bd = results.get("breakdown")
     if bd:
-        m = bd["poll_stage_median_ms"]
+        m, low = bd["poll_stage_median_ms"], bd["poll_stage_min_ms"]
         total = m["poll_once"]
-        brows = ["| poll path stage (one poll, median) | CPU, ms | share |", "|---|---|---|"]
+        brows = ["| poll path stage (one poll) | CPU min, ms | CPU median, ms | share of median |",
+                 "|---|---|---|---|"]
         for key, what in (("http_urllib", "HTTP client (urllib fetch of /metrics + /v1/loads)"),
                           ("decode_and_parse", "decode + parse_exposition"),
                           ("json_and_parse_loads", "json.loads + parse_loads"),
                           ("derive", "derive"),
                           ("rest_snapshot_queue_locks", "rest (snapshot, queue run, locks)"),
                           ("poll_once", "whole poll_once")):
-            brows.append(f"| {what} | {m[key]:.3f} | {m[key] / total * 100:.0f} % |")
+            brows.append(f"| {what} | {low[key]:.3f} | {m[key]:.3f} | "
+                         f"{m[key] / total * 100:.0f} % |")
         brows.append(f"| for comparison: bare http.client, same 2 GETs | "
-                     f"{m['http_bare_http_client']:.3f} | |")
-        r = bd["render_stage_median_ms"]
-        brows += ["", f"| one scrape's render, {bd['servers']} servers (median) | CPU, ms |",
-                  "|---|---|"]
+                     f"{low['http_bare_http_client']:.3f} | {m['http_bare_http_client']:.3f} | |")
+        r = bd["render"]
+        brows += ["", f"| one scrape's render, {bd['servers']} servers | CPU min, ms | "
+                  "CPU median, ms |", "|---|---|---|"]
         for key in ("collect", "render_openmetrics", "render_text", "gzip"):
-            brows.append(f"| {key} | {r[key]:.1f} |")
+            brows.append(f"| {key} | {r[key]['min_ms']:.1f} | {r[key]['median_ms']:.1f} |")
         model = bd["model"]
         brows.append(f"\nOne poll costs {model['poll_cpu_ms']:.2f} ms of CPU: one core (one "
                      f"GIL) does at most {model['one_core_polls_per_second']:.0f} polls/s.")
@@ -809,19 +877,21 @@ def main() -> None:
                         help="poll cycles per side per round")
     parser.add_argument("--scrape-servers", type=int, default=32,
                         help="servers whose families the scrape benchmark serves")
-    parser.add_argument("--scrape-requests", type=int, default=30,
+    parser.add_argument("--scrape-requests", type=int, default=20,
                         help="requests per side per round in the scrape benchmark")
     parser.add_argument("--fleet", default="1,8,32,128,256",
                         help="comma-separated server counts for the exporter-process runs")
-    parser.add_argument("--warmup", type=float, default=3.0, help="seconds before each window")
-    parser.add_argument("--window", type=float, default=8.0,
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each window")
+    parser.add_argument("--window", type=float, default=6.0,
                         help="seconds of CPU / RSS / polls measurement per server count")
     parser.add_argument("--scrape-seconds", type=float, default=2.0,
                         help="seconds of scraping per scraper count per server count")
     parser.add_argument("--concurrent", type=int, default=20, help="concurrent scrapers")
+    parser.add_argument("--bursts", type=int, default=2,
+                        help="bursts of all concurrent scrapers at once, one a second")
     parser.add_argument("--fake-procs", type=int, default=2,
                         help="processes the fake servers are spread over (one for <= 8)")
-    parser.add_argument("--breakdown-servers", type=int, default=256,
+    parser.add_argument("--breakdown-servers", type=int, default=128,
                         help="servers of the where-the-time-goes part (its render stages)")
     parser.add_argument("--py-spy", metavar="BINARY",
                         help="profile the exporter with this py-spy after each fleet run "
@@ -831,7 +901,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.parse_iterations, args.cycle_iterations = 5, 50, 20
         args.scrape_requests, args.fleet = 30, "1,8,32"
-        args.warmup, args.window, args.scrape_seconds = 2.0, 5.0, 1.5
+        args.warmup, args.window, args.scrape_seconds, args.bursts = 2.0, 5.0, 1.5, 2
         args.breakdown_servers = 32
     if args.rounds < 5:
         parser.error("--rounds: at least 5")
@@ -848,11 +918,14 @@ def main() -> None:
             results["scrape"] = bench_scrape(files, args.scrape_servers, args.rounds,
                                              args.scrape_requests)
         if "fleet" in parts:
-            results["fleet"] = [
-                bench_fleet(files, int(n), args.warmup, args.window, args.scrape_seconds,
-                            1 if int(n) <= 8 else args.fake_procs, args.concurrent,
-                            args.py_spy)
-                for n in args.fleet.split(",")]
+            results["fleet"] = []
+            for n in map(int, args.fleet.split(",")):
+                try:
+                    results["fleet"].append(bench_fleet(
+                        files, n, args.warmup, args.window, args.scrape_seconds, args.bursts,
+                        1 if n <= 8 else args.fake_procs, args.concurrent, args.py_spy))
+                except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+                    results["fleet"].append({"servers": n, "error": str(err)[-500:]})
         if "breakdown" in parts:
             results["breakdown"] = bench_breakdown(files, args.breakdown_servers, args.rounds,
                                                    args.cycle_iterations)
