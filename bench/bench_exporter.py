@@ -26,11 +26,13 @@ this one process run, repeated in rounds (min and median reported); no timed tes
    processes (pre-encoded answers, one selector thread each). Over a window after a warm-up:
    exporter CPU (utime+stime from /proc/<pid>/stat, % of one core), VmRSS, polls done / due (sum
    of sglang_obs_polls_total deltas / (N x window)); then scrape latency with 1 and with 20
-   concurrent scrapers (closed loop; a scrape with no answer in 10 s, Prometheus' default
-   scrape_timeout, fails). On a small machine the fakes and the scrapers compete with the
-   exporter for the cores: the CPU figure is the exporter's own, the latency figures include that
-   contention. With --py-spy BINARY, py-spy then samples the thread holding the GIL, polls only
-   and polls plus concurrent scrapers, and the samples are sorted by where they are.
+   concurrent scrapers back to back, and with 20 at once once a second (all clients driven by
+   one thread over non-blocking sockets; a scrape with no answer in 10 s, Prometheus' default
+   scrape_timeout, fails and counts with its 10 s). On a small machine the fakes and the
+   scrapers compete with the exporter for the cores: the CPU figure is the exporter's own, the
+   latency figures include that contention. With --py-spy BINARY, py-spy then samples the
+   thread holding the GIL, polls only and polls plus concurrent scrapers, and the samples are
+   sorted by where they are.
 4. Where the time goes (breakdown): the CPU of each stage of one poll (urllib fetches, decode +
    parse, JSON, derive; bare http.client beside), one stage at a time on the same answers, and of
    each stage of one scrape's render (collect, OpenMetrics, text, gzip) at N servers.
