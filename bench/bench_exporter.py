@@ -1,39 +1,94 @@
 """Exporter benchmarks reported in docs/performance.md.
 
-1. Scrape latency: GET /metrics of the exporter vs a bare prometheus_client registry holding the
-   same number of series, both over loopback HTTP (median of N scrapes). Target <= 1.3x.
-2. Poll-cycle CPU: CPU time of one TargetPoller.poll_once() (HTTP client, parse, aggregation,
-   load JSON, derivation, snapshot) vs the bare prometheus_client parse of the same exposition.
-   The fake SGLang runs in another process so its CPU is not counted. Target <= 1.5x.
-3. RSS of a running `sglang-exporter` process polling one server every second.
+Every figure is set against a yardstick that does the same work, and both run interleaved in
+this one process run, repeated in rounds (min and median reported); no timed test anywhere.
 
-Run: `make bench` (or .venv/bin/python bench/bench_exporter.py [--servers N] [--scrapes N]).
+1. Poll-cycle CPU against the floor. The body is the realistic 975-line /metrics answer of a
+   0.5.23 TP4 server (`realistic_exposition()`).
+   a. parse: `parse_exposition(text, content_type)` against `floor_scan`, the simplest loop that
+      extracts the same values (startswith/split + float, the same DP/rank aggregation, the same
+      sample count and spelling); asserted equal. Target <= 3x.
+   b. cycle: `TargetPoller.poll_once()` against `floor_cycle`: bare http.client GETs of /metrics
+      and /v1/loads with the poller's Accept headers, `floor_scan`, json.loads and the same load
+      sums; the extracted values are asserted equal to the poller's. The fake SGLang runs in
+      another process, so only the client's CPU (time.process_time) is counted.
+2. Scrape latency against a bare prometheus_client registry serving the same families, samples
+   and bytes: N pollers are filled once from N fake servers, their families collected once; our
+   side serves them through exporter/web.py (`serve(make_app(Exposition(...)))`), the bare side
+   through prometheus_client's own `start_http_server` (it renders per request); the two text
+   renders and the two HTTP bodies are asserted byte-equal. Both are fetched with Prometheus'
+   request (its Accept header, Accept-Encoding: gzip) on a fresh http.client connection each,
+   interleaved request by request. A third side, ours with `changed()` before every request,
+   shows what a scrape costs when the state moved since the last one (one render, as bare).
+   Target: ours <= 1.0x bare.
+3. The real `sglang-exporter` console script polling 1..256 fake servers at the default 1 s
+   interval (`--no-collector.docker --no-collector.nvml`); the fakes are bench/fake_fleet.py
+   processes (pre-encoded answers, one selector thread each). Over a window after a warm-up:
+   exporter CPU (utime+stime from /proc/<pid>/stat, % of one core), VmRSS, polls done / due (sum
+   of sglang_obs_polls_total deltas / (N x window)); then scrape latency with 1 and with 20
+   concurrent scrapers back to back, and with 20 at once once a second (all clients driven by
+   one thread over non-blocking sockets; a scrape with no answer in 10 s, Prometheus' default
+   scrape_timeout, fails and counts with its 10 s). On a small machine the fakes and the
+   scrapers compete with the exporter for the cores: the CPU figure is the exporter's own, the
+   latency figures include that contention. With --py-spy BINARY, py-spy then samples the
+   thread holding the GIL, polls only and polls plus concurrent scrapers, and the samples are
+   sorted by where they are.
+4. Where the time goes (breakdown): the CPU of each stage of one poll (urllib fetches, decode +
+   parse, JSON, derive; bare http.client beside), one stage at a time on the same answers, and of
+   each stage of one scrape's render (collect, OpenMetrics, text, gzip) at N servers.
+
+Run: `make bench` (or .venv/bin/python bench/bench_exporter.py [--quick] [--parts ...]; --help).
+Prints the results as JSON, then as a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import gzip
+import http.client
 import json
+import math
 import os
+import selectors
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
+from sglang_obs.exporter.derived import derive  # noqa: E402
+from sglang_obs.exporter.http_fetch import METRICS_ACCEPT, fetch  # noqa: E402
 from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
-from sglang_obs.exporter.web import make_app, serve  # noqa: E402
+from sglang_obs.exporter.sglang_api import parse_loads  # noqa: E402
+from sglang_obs.exporter.sglang_exposition import (  # noqa: E402
+    ADDITIVE,
+    RENAMES,
+    SCHEDULER_PRESENCE,
+    WANTED,
+    parse_exposition,
+)
+from sglang_obs.exporter.web import GZIP_LEVEL, Exposition, make_app, serve  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang"
+FAKE_FLEET = Path(__file__).resolve().parent / "fake_fleet.py"
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# What Prometheus (2.x/3.x) sends when it scrapes.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,"
+                     "application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+SCRAPE_HEADERS = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
 STAGES = ("request_process", "prefill_forward", "chunked_prefill", "prefill_bootstrap",
           "prefill_transfer_kv_cache", "decode_prepare", "decode_bootstrap", "decode_waiting",
           "decode_transferred", "fake_output", "quick_finish")
@@ -72,126 +127,827 @@ def realistic_exposition() -> str:
     return "\n".join(lines) + "\n"
 
 
-FAKE_SERVER = """
-import sys, time
-sys.path.insert(0, {tests!r})
-from fake_sglang import FakeSGLang, Route
-routes = {{"/metrics": Route(open({metrics!r}, "rb").read()),
-          "/v1/loads": Route(open({loads!r}, "rb").read(), content_type="application/json"),
-          "/server_info": Route(open({info!r}, "rb").read(), content_type="application/json")}}
-server = FakeSGLang(routes)
-print(server.url, flush=True)
-time.sleep(3600)
-"""
+# --- the floor: the least any reader of these answers must do ------------------------------------
+
+# Exposed name (both spellings, old names too) -> bare current name. Data, not code under test.
+FLOOR_NAMES = {prefix + exposed: bare
+               for bare in WANTED
+               for exposed in (bare, *(old for old, new in RENAMES.items() if new == bare))
+               for prefix in ("sglang:", "sglang_")}
 
 
-def start_fake_server(tmp: Path, exposition: str) -> tuple[subprocess.Popen, str]:
+def floor_scan(text: str) -> dict:
+    """The wanted values of a text-format body: max within a DP rank (over tp/pp/ep ranks and
+    pids), summed over DP ranks for additive gauges, max over all for ratios; `priority=""` only;
+    NaN skipped; plus the sample count, the name spelling and the model name."""
+    groups: dict[str, dict[tuple[str, str], float]] = {}
+    model_name = ""
+    count = colon = underscore = 0
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            continue
+        count += 1
+        if line.startswith("sglang:"):
+            colon = 1
+        elif line.startswith("sglang_"):
+            underscore = 2
+        brace = line.find("{")
+        if brace < 0:
+            name, _, value = line.partition(" ")
+            labels = {}
+        else:
+            name = line[:brace]
+        bare = FLOOR_NAMES.get(name)
+        if bare is None:
+            continue
+        if brace >= 0:
+            close = line.rindex("}")
+            labels = dict(pair.split("=", 1) for pair in line[brace + 1:close].split(","))
+            value = line[close + 2:]
+        v = float(value)
+        if labels.get("priority", '""') != '""' or v != v:
+            continue
+        model = labels.get("model_name", '""')[1:-1]
+        if model and not model_name and bare in SCHEDULER_PRESENCE:
+            model_name = model
+        key = (model, labels.get("dp_rank", "") if bare in ADDITIVE else "")
+        group = groups.setdefault(bare, {})
+        old = group.get(key)
+        if old is None or v > old:
+            group[key] = v
+    values = {bare: sum(g.values()) if bare in ADDITIVE else max(g.values())
+              for bare, g in groups.items()}
+    return {"values": values, "model_name": model_name, "sample_count": count,
+            "spelling": ("none", "colon", "underscore", "mixed")[colon | underscore]}
+
+
+def exporter_scan(text: str, content_type: str) -> dict:
+    m = parse_exposition(text, content_type)
+    return {"values": m.values, "model_name": m.model_name, "sample_count": m.sample_count,
+            "spelling": m.spelling}
+
+
+LOAD_FIELDS = {"running": "num_running_reqs", "waiting": "num_waiting_reqs",
+               "prefill_backlog_tokens": "num_waiting_uncached_tokens",
+               "used_tokens": "num_used_tokens", "capacity_tokens": "max_total_num_tokens",
+               "max_running_requests": "max_running_requests",
+               "gen_throughput": "gen_throughput"}
+
+
+def _get(host: str, port: int, path: str, accept: str) -> tuple[bytes, str]:
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        conn.request("GET", path, headers={"Accept": accept, "User-Agent": "sglang-obs"})
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{path}: HTTP {resp.status}")
+        return body, resp.getheader("Content-Type", "")
+    finally:
+        conn.close()
+
+
+def floor_cycle(host: str, port: int) -> tuple[dict, dict]:
+    """The HTTP work of one poll (fresh connection per GET, the poller's Accept headers), the
+    floor scan of /metrics and the sums of /v1/loads."""
+    body, _ = _get(host, port, "/metrics", METRICS_ACCEPT)
+    native = floor_scan(body.decode("utf-8", "replace"))
+    loads = json.loads(_get(host, port, "/v1/loads", "application/json")[0])["loads"]
+    load = {field: sum(float(e[key]) for e in loads) for field, key in LOAD_FIELDS.items()}
+    return native, load
+
+
+def poller_answers(poller: TargetPoller) -> tuple[dict, dict]:
+    native, load = poller._answers  # what the last cycle read, before derivation
+    return ({"values": native.values, "model_name": native.model_name,
+             "sample_count": native.sample_count, "spelling": native.spelling},
+            {field: getattr(load, field) for field in LOAD_FIELDS})
+
+
+def require(condition: bool, what: str) -> None:
+    """An equality the comparison rests on (an exception, not an assert: -O keeps it)."""
+    if not condition:
+        raise SystemExit(f"benchmark invalid: {what}")
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+def percentile(samples: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def summary(samples: list[float], scale: float = 1.0) -> dict:
+    return {"n": len(samples), "min": min(samples) * scale,
+            "median": statistics.median(samples) * scale,
+            "p99": percentile(samples, 99) * scale}
+
+
+def interleaved_cpu(sides: dict, rounds: int, iterations: int) -> dict:
+    """CPU seconds per call of each side, per round. Call by call interleaved (one call of each
+    side in turn, the order alternating), so a drift of the machine's speed hits every side
+    alike. With two sides, the first is ours and the second the yardstick: their ratio is added."""
+    names = list(sides)
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    clock = time.process_time
+    for _ in range(rounds):
+        spent = dict.fromkeys(names, 0.0)
+        for i in range(iterations):
+            for name in names if i % 2 == 0 else reversed(names):
+                fn = sides[name]
+                start = clock()
+                fn()
+                spent[name] += clock() - start
+        for name in names:
+            per_round[name].append(spent[name] / iterations)
+    out = {name: {"min_ms": min(v) * 1e3, "median_ms": statistics.median(v) * 1e3,
+                  "rounds_ms": [round(x * 1e3, 4) for x in v]} for name, v in per_round.items()}
+    if len(names) == 2:
+        ours, floor = names
+        out["ratio_min"] = min(per_round[ours]) / min(per_round[floor])
+        out["ratio_median"] = (statistics.median(per_round[ours])
+                               / statistics.median(per_round[floor]))
+    return out
+
+
+class Fleet:
+    """COUNT fake SGLang servers spread over a few bench/fake_fleet.py processes."""
+
+    def __init__(self, count: int, processes: int, files: tuple[Path, Path, Path, Path]):
+        self.procs: list[subprocess.Popen] = []
+        self.ports: list[int] = []
+        processes = max(1, min(processes, count))
+        for i in range(processes):
+            share = count // processes + (1 if i < count % processes else 0)
+            proc = subprocess.Popen([sys.executable, str(FAKE_FLEET), str(share),
+                                     *map(str, files)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.procs.append(proc)
+        for proc in self.procs:
+            for line in proc.stdout:
+                if line.strip() == "ready":
+                    break
+                self.ports.append(int(line))
+        if len(self.ports) != count:
+            self.close()
+            raise RuntimeError(f"fake fleet listens on {len(self.ports)} ports, not {count}")
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.ports]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def fixture_files(tmp: Path, exposition: str) -> tuple[Path, Path, Path, Path]:
     metrics = tmp / "metrics.prom"
     metrics.write_text(exposition)
-    code = FAKE_SERVER.format(tests=str(ROOT / "tests"), metrics=str(metrics),
-                              loads=str(FIXTURES / "v1_loads_0.5.23.json"),
-                              info=str(FIXTURES / "server_info_0.5.12_seed.json"))
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    return proc, proc.stdout.readline().strip()
+    return (metrics, FIXTURES / "v1_loads_0.5.23.json", FIXTURES / "server_info_0.5.12_seed.json",
+            FIXTURES / "v1_models_qwen3.json")
 
 
-def cpu_median(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        samples.append(time.process_time() - start)
-    return statistics.median(samples)
+# --- 1. poll-cycle CPU ----------------------------------------------------------------------------
+
+def bench_poll_cpu(files, exposition: str, rounds: int, parse_iters: int,
+                   cycle_iters: int) -> dict:
+    ours = exporter_scan(exposition, TEXT_CONTENT_TYPE)
+    require(ours == floor_scan(exposition), f"parse differs: {ours} != {floor_scan(exposition)}")
+    parse = interleaved_cpu({"exporter": lambda: parse_exposition(exposition, TEXT_CONTENT_TYPE),
+                             "floor": lambda: floor_scan(exposition)}, rounds, parse_iters)
+
+    fleet = Fleet(1, 1, files)
+    try:
+        url, port = fleet.urls[0], fleet.ports[0]
+        # server_info and /v1/models are read once here and then every 30 s by default; the
+        # steady per-second cycle measured is /metrics + /v1/loads.
+        poller = TargetPoller(url, PollSettings(timeout=5, server_info_interval=1e9))
+        poller.poll_once()
+        require(poller.snapshot.up, "the poller did not reach the fake server")
+        floor = floor_cycle("127.0.0.1", port)
+        require(poller_answers(poller) == floor,
+                f"cycle differs: {poller_answers(poller)} != {floor}")
+        require(poller_answers(poller)[0] == ours, "the poller read another body")
+        cycle = interleaved_cpu({"exporter": poller.poll_once,
+                                 "floor": lambda: floor_cycle("127.0.0.1", port)},
+                                rounds, cycle_iters)
+        require(poller.snapshot.up, "the poller lost the fake server")
+        require(sum(poller.snapshot.errors.values()) == 0, "the poller counted errors")
+    finally:
+        fleet.close()
+    return {"exposition_lines": exposition.count("\n"), "exposition_bytes": len(exposition),
+            "samples": ours["sample_count"], "values_extracted": len(ours["values"]),
+            "rounds": rounds, "parse_iterations_per_round": parse_iters,
+            "cycle_iterations_per_round": cycle_iters, "parse": parse, "cycle": cycle}
 
 
-def bench_poll_cpu(url: str, exposition: str, repeats: int) -> dict:
-    poller = TargetPoller(url, PollSettings(timeout=5))
-    poller.poll_once()  # warm-up; also reads server_info once
-    poll = cpu_median(poller.poll_once, repeats)
-    parse = cpu_median(lambda: list(text_string_to_metric_families(exposition)), repeats)
-    return {"exposition_lines": exposition.count("\n"), "poll_cpu_ms": poll * 1e3,
-            "bare_parse_cpu_ms": parse * 1e3, "ratio": poll / parse}
+# --- 2. scrape latency ----------------------------------------------------------------------------
+
+class _Frozen:
+    """A collector that yields the same, once-collected families on every collect()."""
+
+    def __init__(self, families):
+        self._families = families
+
+    def collect(self):
+        return iter(self._families)
+
+    def describe(self):
+        return []
 
 
-def wall_median_scrape(url: str, scrapes: int) -> float:
-    samples = []
-    for _ in range(scrapes):
-        start = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            resp.read()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+SCRAPE_TIMEOUT = 10.0  # Prometheus' default scrape_timeout
 
 
-def bench_scrape(url: str, servers: int, scrapes: int) -> dict:
-    pollers = [TargetPoller(url, PollSettings(timeout=5)) for _ in range(servers)]
-    for i, p in enumerate(pollers):  # distinct server labels, same answers
-        p.server = f"10.0.0.{i + 1}:30000"
-        p.poll_once()
-    registry = CollectorRegistry()
-    registry.register(GuardedCollector([SGLangCollector(pollers)]))
-    ours = serve(make_app(registry, "/metrics", []), "127.0.0.1:0")
-    text = urllib.request.urlopen(f"http://127.0.0.1:{ours.server_address[1]}/metrics").read()
-    series = sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
+def scrape(port: int, headers: dict = SCRAPE_HEADERS,
+           timeout: float = 60) -> tuple[float, bytes, dict]:
+    """One Prometheus-style scrape on a fresh connection: (seconds, raw body, headers)."""
+    start = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()
+        status = resp.status
+        got = {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+    elapsed = time.perf_counter() - start
+    if status != 200:
+        raise RuntimeError(f"scrape: HTTP {status}")
+    return elapsed, body, got
 
+
+def _decoded(body: bytes, headers: dict) -> bytes:
+    return gzip.decompress(body) if headers.get("content-encoding") == "gzip" else body
+
+
+def bench_scrape(files, servers: int, rounds: int, requests: int) -> dict:
+    fleet = Fleet(servers, 1 if servers <= 32 else 2, files)
+    try:
+        pollers = [TargetPoller(url, PollSettings(timeout=5)) for url in fleet.urls]
+        for poller in pollers:
+            poller.poll_once()
+            require(poller.snapshot.up, f"{poller.server} not up")
+    finally:
+        fleet.close()
+    families = list(GuardedCollector([SGLangCollector(pollers)]).collect())
+
+    ours_registry = CollectorRegistry()
+    ours_registry.register(_Frozen(families))
+    exposition = Exposition(ours_registry)
+    ours_server = serve(make_app(exposition, "/metrics", fleet.urls), "127.0.0.1:0")
     bare_registry = CollectorRegistry()
-    gauge = Gauge("bare_series", "Same number of series.", ["server", "n"], registry=bare_registry)
-    for i in range(series):
-        gauge.labels(f"10.0.0.{i % servers}:30000", str(i)).set(i)
-    bare = serve(make_app(bare_registry, "/metrics", []), "127.0.0.1:0")
+    bare_registry.register(_Frozen(families))
+    bare_server, _ = start_http_server(0, addr="127.0.0.1", registry=bare_registry)
+    ports = {"ours": ours_server.server_address[1], "bare": bare_server.server_address[1]}
+    try:
+        # Same families, samples and bytes.
+        require(generate_latest(bare_registry) == exposition.body(False, False),
+                "text renders differ")
+        require(generate_openmetrics(bare_registry) == exposition.body(True, False),
+                "OpenMetrics renders differ")
+        answers = {name: scrape(port) for name, port in ports.items()}
+        decoded = {name: _decoded(body, h) for name, (_, body, h) in answers.items()}
+        require(decoded["ours"] == decoded["bare"], "the two servers answer different bodies")
+        require(all(h.get("content-encoding") == "gzip" for _, _, h in answers.values()),
+                "a server did not gzip")
+        text = decoded["ours"].decode()
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
-    ours_ms = wall_median_scrape(f"http://127.0.0.1:{ours.server_address[1]}/metrics", scrapes)
-    bare_ms = wall_median_scrape(f"http://127.0.0.1:{bare.server_address[1]}/metrics", scrapes)
-    ours.shutdown()
-    bare.shutdown()
-    return {"servers": servers, "series": series, "exporter_ms": ours_ms * 1e3,
-            "bare_registry_ms": bare_ms * 1e3, "ratio": ours_ms / bare_ms}
+        sides = ("ours", "ours_changed", "bare")
+        samples: dict[str, list[float]] = {side: [] for side in sides}
+        round_medians: dict[str, list[float]] = {side: [] for side in sides}
+        for r in range(rounds):
+            this_round: dict[str, list[float]] = {side: [] for side in sides}
+            for i in range(requests):
+                order = sides if (r + i) % 2 == 0 else sides[::-1]
+                for side in order:
+                    if side == "ours_changed":
+                        exposition.changed()  # the state moved: this scrape renders once
+                    seconds, _, _ = scrape(ports["bare" if side == "bare" else "ours"])
+                    this_round[side].append(seconds)
+            for side in sides:
+                samples[side] += this_round[side]
+                round_medians[side].append(statistics.median(this_round[side]))
+    finally:
+        ours_server.shutdown()
+        ours_server.server_close()
+        bare_server.shutdown()
+        bare_server.server_close()
+    out = {"servers": servers, "series": series, "families": len(families),
+           "body_bytes": len(decoded["ours"]),
+           "gzip_bytes": {name: len(body) for name, (_, body, _) in answers.items()},
+           "rounds": rounds, "requests_per_round": requests}
+    for side in sides:
+        out[side] = summary(samples[side], 1e3) | {
+            "round_median_ms": [round(x * 1e3, 3) for x in round_medians[side]]}
+    for side in ("ours", "ours_changed"):
+        out[f"{side}_over_bare"] = {
+            "min": out[side]["min"] / out["bare"]["min"],
+            "median": out[side]["median"] / out["bare"]["median"],
+            "p99": out[side]["p99"] / out["bare"]["p99"]}
+    return out
 
 
-def bench_rss(url: str, seconds: float) -> dict:
+# --- 3. the exporter process ---------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the benchmark dies (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def polls_state(port: int) -> dict:
+    """Sum of sglang_obs_polls_total, servers up, poll errors (text format, no gzip). `at` is
+    when the request went out: the exporter reads the snapshots first, then renders."""
+    at = time.monotonic()
+    _, body, headers = scrape(port, {"Accept": "text/plain;version=0.0.4"}, SCRAPE_TIMEOUT * 3)
+    polls = errors = up = 0.0
+    polled = 0
+    for line in _decoded(body, headers).decode().splitlines():
+        if line.startswith("sglang_obs_polls_total{"):
+            polls += float(line.rsplit(" ", 1)[1])
+            polled += float(line.rsplit(" ", 1)[1]) >= 1
+        elif line.startswith("sglang_obs_poll_errors_total{"):
+            errors += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("sglang_obs_up{"):
+            up += float(line.rsplit(" ", 1)[1])
+    return {"polls": polls, "errors": errors, "up": up, "polled": polled, "at": at}
+
+
+def scrape_load(port: int, scrapers: int, seconds: float, burst_every: float = 0.0) -> dict:
+    """`scrapers` concurrent clients for `seconds`: back to back (closed loop: a client starts
+    its next scrape when its last one ends), or, with `burst_every`, all of them at the same
+    moment once every `burst_every` seconds (as that many Prometheus servers scraping alike).
+
+    One thread drives every client over non-blocking sockets (a selector), so the client side
+    adds no GIL contention of its own: each request is Prometheus' (its Accept header, gzip) on
+    a fresh connection, timed from connect to the server's close. A scrape that fails (no full
+    answer within SCRAPE_TIMEOUT) counts with the time it took: the percentiles are then lower
+    bounds."""
+    request = ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: bench\r\n"
+               + "".join(f"{k}: {v}\r\n" for k, v in SCRAPE_HEADERS.items())
+               + "Connection: close\r\n\r\n").encode()
+    latencies: list[float] = []
+    failures: list[str] = []
+    sel = selectors.DefaultSelector()
+    stop_at = time.monotonic() + seconds
+    active = 0
+    again = not burst_every
+
+    def start() -> None:
+        nonlocal active
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        sel.register(sock, selectors.EVENT_WRITE, [time.perf_counter(), []])
+        active += 1
+
+    def done(sock, state, error: str | None) -> None:
+        nonlocal active
+        sel.unregister(sock)
+        sock.close()
+        active -= 1
+        latencies.append(time.perf_counter() - state[0])
+        body = b"".join(state[1])
+        if error is None and not body.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200")):
+            error = f"answer {body[:20]!r}"
+        if error is not None:
+            failures.append(error)
+        if again and time.monotonic() < stop_at:
+            start()
+
+    next_burst = time.monotonic()
+    while True:
+        if not active:
+            if time.monotonic() >= stop_at or (again and latencies):
+                break
+            if latencies and len(failures) >= scrapers and failures[-scrapers:] == [
+                    "timeout"] * scrapers:
+                break  # a whole burst timed out: more of them only add 10 s each
+            time.sleep(max(0.0, next_burst - time.monotonic()))
+            next_burst += burst_every
+            for _ in range(scrapers):
+                start()
+        now = time.perf_counter()
+        for key, _ in sel.select(timeout=0.1):
+            sock, state = key.fileobj, key.data
+            try:
+                if key.events & selectors.EVENT_WRITE:
+                    sock.sendall(request)  # small: fits the send buffer of a fresh socket
+                    sel.modify(sock, selectors.EVENT_READ, state)
+                    continue
+                chunk = sock.recv(1 << 16)
+            except OSError as err:
+                done(sock, state, repr(err))
+                continue
+            if chunk:
+                state[1].append(chunk)
+            else:
+                done(sock, state, None)
+        for key in list(sel.get_map().values()):
+            if now - key.data[0] > SCRAPE_TIMEOUT:
+                done(key.fileobj, key.data, "timeout")
+    sel.close()
+    out = summary(latencies, 1e3) if latencies else {"n": 0}
+    return out | {"failures": len(failures), "failure_kinds": sorted(set(failures))[:3],
+                  "scrapers": scrapers, "seconds": seconds, "burst_every": burst_every}
+
+
+# Where a py-spy sample's stack is, by the first rule that matches a frame's file.
+SPY_RULES = (
+    ("gzip", ("gzip.py",)),
+    ("render (prometheus_client)", ("openmetrics/exposition.py", "client/exposition.py")),
+    ("collect (families from snapshots)", ("collector.py", "catalogue.py", "metrics_core.py")),
+    ("parse /metrics", ("sglang_exposition.py",)),
+    ("HTTP client (polls)", ("http_fetch.py",)),
+    ("JSON + parse_loads", ("json/", "sglang_api.py")),
+    ("derive", ("derived.py",)),
+    ("poll, other (snapshot, queue run, logging)", ("poller.py",)),
+    ("HTTP server (scrapes)", ("wsgiref", "socketserver", "exporter/web.py", "http/server")),
+)
+
+
+def py_spy(binary: str, pid: int, seconds: float) -> dict:
+    """Samples of the thread holding the GIL (`py-spy record --gil`), by where they are."""
+    with tempfile.NamedTemporaryFile(suffix=".txt") as out:
+        subprocess.run([binary, "record", "--gil", "--nonblocking", "--format", "raw", "-r", "100",
+                        "-d", str(max(1, round(seconds))), "-o", out.name, "-p", str(pid)],
+                       check=True, capture_output=True)
+        lines = Path(out.name).read_text().splitlines()
+    counts: dict[str, int] = {}
+    for line in lines:
+        stack, _, n = line.rpartition(" ")
+        where = next((what for what, files in SPY_RULES if any(f in stack for f in files)),
+                     "other")
+        counts[where] = counts.get(where, 0) + int(n)
+    total = sum(counts.values()) or 1
+    return {"samples": total, "gil_held_share": total / (100 * max(1, round(seconds))),
+            "share": {k: v / total for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}}
+
+
+def bench_fleet(files, servers: int, warmup: float, window: float, scrape_seconds: float,
+                bursts: int, fake_procs: int, concurrent: int, spy: str | None = None) -> dict:
+    with tempfile.TemporaryFile(mode="w+") as log:  # a pipe nobody reads would block logging
+        return _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_procs,
+                          concurrent, spy, log)
+
+
+def _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_procs, concurrent,
+               spy, log) -> dict:
+    fleet = Fleet(servers, fake_procs, files)
+    port = free_port()
     exe = Path(sys.executable).parent / "sglang-exporter"
-    proc = subprocess.Popen([str(exe), "--sglang.url", url, "--web.listen-address",
-                             f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
+    argv = [str(exe), "--web.listen-address", f"127.0.0.1:{port}", "--no-collector.docker",
+            "--no-collector.nvml", "--log.level", "warn"]
+    for url in fleet.urls:
+        argv += ["--sglang.url", url]
+    proc = subprocess.Popen(argv, stderr=log, preexec_fn=_die_with_parent)
     try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:  # scrape it like Prometheus would, only faster
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
-            time.sleep(1)
-        status = Path(f"/proc/{proc.pid}/status").read_text()
-        rss_kib = int(next(line for line in status.splitlines()
-                           if line.startswith("VmRSS")).split()[1])
+        deadline = time.monotonic() + 60
+        while True:  # listening, and every server polled at least once
+            try:
+                if polls_state(port)["polled"] == servers:
+                    break
+            except (OSError, RuntimeError, http.client.HTTPException):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise RuntimeError(f"exporter did not come up: {log.read()[-2000:]}")
+            time.sleep(0.2)
+        time.sleep(warmup)
+        before = polls_state(port)
+        fakes0 = sum(cpu_seconds(p.pid) for p in fleet.procs)
+        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        load0 = os.getloadavg()[0]
+        time.sleep(window)
+        cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+        fakes1 = sum(cpu_seconds(p.pid) for p in fleet.procs)
+        rss = status_kib(proc.pid, "VmRSS") / 1024
+        hwm = status_kib(proc.pid, "VmHWM") / 1024
+        threads = status_kib(proc.pid, "Threads")
+        after = polls_state(port)
+        elapsed = after["at"] - before["at"]
+        result = {
+            "servers": servers, "warmup_s": warmup, "window_s": round(t1 - t0, 2),
+            "cpu_percent_of_core": (cpu1 - cpu0) / (t1 - t0) * 100,
+            "fakes_cpu_percent_of_core": (fakes1 - fakes0) / (t1 - t0) * 100,
+            "fake_processes": len(fleet.procs),
+            "loadavg_1m": [load0, os.getloadavg()[0]],
+            "rss_mib": rss, "rss_peak_mib": hwm, "threads": threads,
+            "polls": after["polls"] - before["polls"],
+            "polls_due": servers * elapsed,  # one per server per 1 s interval
+            "poll_errors": after["errors"] - before["errors"],
+            "up": after["up"],
+        }
+        result["polls_of_due"] = result["polls"] / result["polls_due"]
+        result["scrape_1"] = scrape_load(port, 1, scrape_seconds)
+        result[f"scrape_{concurrent}"] = scrape_load(port, concurrent, scrape_seconds)
+        result[f"scrape_{concurrent}_bursts"] = scrape_load(port, concurrent, bursts,
+                                                            burst_every=1.0)
+        if spy:  # after the measurements: the sampler takes CPU of its own
+            result["py_spy_polls_only"] = py_spy(spy, proc.pid, scrape_seconds * 2)
+            scrapers = threading.Thread(target=scrape_load,
+                                        args=(port, concurrent, scrape_seconds * 2))
+            scrapers.start()
+            result[f"py_spy_polls_and_{concurrent}_scrapers"] = py_spy(spy, proc.pid,
+                                                                       scrape_seconds * 2)
+            scrapers.join()
+        if proc.poll() is not None:
+            raise RuntimeError("exporter exited during the run")
+        return result
     finally:
         proc.terminate()
         proc.wait()
-    return {"seconds": seconds, "rss_mib": rss_kib / 1024}
+        fleet.close()
+        log.seek(0)
+        warnings = log.read().splitlines()
+        if warnings:
+            print(f"exporter at {servers} servers logged {len(warnings)} lines, the last: "
+                  f"{warnings[-1]}", file=sys.stderr)
+
+
+# --- where the time goes --------------------------------------------------------------------------
+
+def bench_breakdown(files, servers: int, rounds: int, iterations: int) -> dict:
+    """CPU of each stage of the poll path, one stage at a time on the same answers (interleaved,
+    in rounds), and of each stage of one scrape's render with `servers` servers."""
+    fleet = Fleet(servers, 1 if servers <= 32 else 2, files)
+    try:
+        pollers = [TargetPoller(url, PollSettings(timeout=5, server_info_interval=1e9))
+                   for url in fleet.urls]
+        for poller in pollers:
+            poller.poll_once()
+            require(poller.snapshot.up, f"{poller.server} not up")
+        poller, port = pollers[0], fleet.ports[0]
+        limit = 16 << 20
+        metrics_url, loads_url = poller.base_url + "/metrics", poller.base_url + "/v1/loads"
+        metrics = fetch(metrics_url, timeout=5, max_bytes=limit, accept=METRICS_ACCEPT)
+        loads_body = fetch(loads_url, timeout=5, max_bytes=limit, accept="application/json").body
+        native = parse_exposition(metrics.body.decode("utf-8", "replace"), metrics.content_type)
+        load = parse_loads(json.loads(loads_body))
+        stages = {
+            "poll_once": poller.poll_once,
+            "http_urllib": lambda: (
+                fetch(metrics_url, timeout=5, max_bytes=limit, accept=METRICS_ACCEPT),
+                fetch(loads_url, timeout=5, max_bytes=limit, accept="application/json")),
+            "http_bare_http_client": lambda: (
+                _get("127.0.0.1", port, "/metrics", METRICS_ACCEPT),
+                _get("127.0.0.1", port, "/v1/loads", "application/json")),
+            "decode_and_parse": lambda: parse_exposition(
+                metrics.body.decode("utf-8", "replace"), metrics.content_type),
+            "json_and_parse_loads": lambda: parse_loads(json.loads(loads_body)),
+            "derive": lambda: derive(native, load, poller._config, poller._models_context),
+        }
+        poll = interleaved_cpu(stages, rounds, iterations)
+    finally:
+        fleet.close()
+    stats = {}
+    for stat in ("min_ms", "median_ms"):
+        v = {name: r[stat] for name, r in poll.items()}
+        v["rest_snapshot_queue_locks"] = v["poll_once"] - sum(
+            v[k] for k in ("http_urllib", "decode_and_parse", "json_and_parse_loads", "derive"))
+        stats[stat] = v
+    medians = stats["median_ms"]
+
+    registry = CollectorRegistry()
+    registry.register(GuardedCollector([SGLangCollector(pollers)]))
+    families = _Frozen(list(registry.collect()))
+    om = generate_openmetrics(families)
+    render = interleaved_cpu({
+        "collect": lambda: list(registry.collect()),
+        "render_openmetrics": lambda: generate_openmetrics(families),
+        "render_text": lambda: generate_latest(families),
+        "gzip": lambda: gzip.compress(om, GZIP_LEVEL, mtime=0),
+    }, rounds, max(1, iterations // 20))
+    scrape_ms = sum(render[k]["median_ms"] for k in ("collect", "render_openmetrics", "gzip"))
+    per_poll = medians["poll_once"]
+    return {
+        "servers": servers, "rounds": rounds, "poll_iterations_per_round": iterations,
+        "poll_stage_median_ms": medians, "poll_stage_min_ms": stats["min_ms"],
+        "poll_stages": poll,
+        "render_stage_median_ms": {k: v["median_ms"] for k, v in render.items()},
+        "render": render, "openmetrics_bytes": len(om),
+        "model": {
+            "poll_cpu_ms": per_poll,
+            "one_core_polls_per_second": 1e3 / per_poll,
+            "scrape_render_ms": scrape_ms,
+            "percent_of_core_at": {n: n * per_poll / 10 for n in (1, 8, 32, 128, 256)},
+        },
+    }
+
+
+# --- report --------------------------------------------------------------------------------------
+
+def _ms(x: float) -> str:
+    return f"{x:.3g}" if x < 10 else f"{x:.0f}"
+
+
+def markdown(results: dict, concurrent: int) -> str:
+    rows = ["| figure | min | median | target |", "|---|---|---|---|"]
+    poll = results.get("poll_cpu")
+    if poll:
+        for key, what, target in (
+                ("parse", f"parse CPU per /metrics body ({poll['exposition_lines']} lines)",
+                 "≤ 3×"),
+                ("cycle", "poll-cycle CPU (/metrics + /v1/loads, parse, derive, snapshot)", "—")):
+            r = poll[key]
+            rows.append(f"| {what}: exporter, ms | {r['exporter']['min_ms']:.3f} | "
+                        f"{r['exporter']['median_ms']:.3f} | |")
+            rows.append(f"| {what}: floor, ms | {r['floor']['min_ms']:.3f} | "
+                        f"{r['floor']['median_ms']:.3f} | |")
+            rows.append(f"| {what}: exporter / floor | {r['ratio_min']:.2f}× | "
+                        f"**{r['ratio_median']:.2f}×** | {target} |")
+    sc = results.get("scrape")
+    if sc:
+        for side, what in (("ours", "ours"), ("ours_changed", "ours, state changed"),
+                           ("bare", "bare prometheus_client")):
+            r = sc[side]
+            rows.append(f"| scrape, {sc['servers']} servers ({sc['series']} series), {what}, ms "
+                        f"(p99 {_ms(r['p99'])}) | {_ms(r['min'])} | {_ms(r['median'])} | |")
+        for side, what, target in (("ours", "ours / bare", "≤ 1.0×"),
+                                   ("ours_changed", "ours (state changed) / bare", "—")):
+            r = sc[f"{side}_over_bare"]
+            rows.append(f"| scrape {what} (p99 {r['p99']:.2f}×) | {r['min']:.2f}× | "
+                        f"**{r['median']:.2f}×** | {target} |")
+    table = "\n".join(rows) if len(rows) > 2 else ""
+    fleet = results.get("fleet")
+    if fleet:
+        c = f"scrape_{concurrent}"
+        frows = ["| servers | exporter CPU, % of a core | fakes' CPU, % of a core | RSS, MiB | "
+                 "polls / due | poll errors | scrape p50 / p99, ms, 1 scraper | "
+                 f"scrape p50 / p99, ms, {concurrent} scrapers back to back | "
+                 f"scrape p50 / p99, ms, {concurrent} scrapers at once, once a second |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+
+        def lat(r):
+            if not r.get("n"):
+                return "none answered"
+            mark = "≥ " if r["failures"] else ""
+            failed = f" ({r['failures']} of {r['n']} failed)" if r["failures"] else ""
+            return f"{_ms(r['median'])} / {mark}{_ms(r['p99'])}{failed}"
+
+        for r in fleet:
+            if "error" in r:
+                frows.append(f"| {r['servers']} | failed: {r['error'][:200]} |")
+                continue
+            frows.append(
+                f"| {r['servers']} | {r['cpu_percent_of_core']:.1f} | "
+                f"{r['fakes_cpu_percent_of_core']:.0f} | {r['rss_mib']:.1f} | "
+                f"{r['polls_of_due'] * 100:.1f} % | {r['poll_errors']:.0f} | "
+                f"{lat(r['scrape_1'])} | {lat(r[c])} | {lat(r[c + '_bursts'])} |")
+        table += "\n\n" + "\n".join(frows)
+        spied = [(r["servers"], k, v) for r in fleet for k, v in r.items()
+                 if k.startswith("py_spy")]
+        if spied:
+            srows = ["| py-spy --gil: servers, phase | GIL held | where (share of GIL samples) |",
+                     "|---|---|---|"]
+            for n, phase, v in spied:
+                where = ", ".join(f"{k} {x * 100:.0f} %" for k, x in v["share"].items()
+                                  if x >= 0.01)
+                srows.append(f"| {n}, {phase[7:].replace('_', ' ')} | "
+                             f"{v['gil_held_share'] * 100:.0f} % | {where} |")
+            table += "\n\n" + "\n".join(srows)
+    bd = results.get("breakdown")
+    if bd:
+        m, low = bd["poll_stage_median_ms"], bd["poll_stage_min_ms"]
+        total = m["poll_once"]
+        brows = ["| poll path stage (one poll) | CPU min, ms | CPU median, ms | share of median |",
+                 "|---|---|---|---|"]
+        for key, what in (("http_urllib", "HTTP client (urllib fetch of /metrics + /v1/loads)"),
+                          ("decode_and_parse", "decode + parse_exposition"),
+                          ("json_and_parse_loads", "json.loads + parse_loads"),
+                          ("derive", "derive"),
+                          ("rest_snapshot_queue_locks", "rest (snapshot, queue run, locks)"),
+                          ("poll_once", "whole poll_once")):
+            brows.append(f"| {what} | {low[key]:.3f} | {m[key]:.3f} | "
+                         f"{m[key] / total * 100:.0f} % |")
+        brows.append(f"| for comparison: bare http.client, same 2 GETs | "
+                     f"{low['http_bare_http_client']:.3f} | {m['http_bare_http_client']:.3f} | |")
+        r = bd["render"]
+        brows += ["", f"| one scrape's render, {bd['servers']} servers | CPU min, ms | "
+                  "CPU median, ms |", "|---|---|---|"]
+        for key in ("collect", "render_openmetrics", "render_text", "gzip"):
+            brows.append(f"| {key} | {r[key]['min_ms']:.1f} | {r[key]['median_ms']:.1f} |")
+        model = bd["model"]
+        brows.append(f"\nOne poll costs {model['poll_cpu_ms']:.2f} ms of CPU: one core (one "
+                     f"GIL) does at most {model['one_core_polls_per_second']:.0f} polls/s.")
+        table += "\n\n" + "\n".join(brows)
+    return table.strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=8)
-    parser.add_argument("--scrapes", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--rss-seconds", type=float, default=30)
+    parser.add_argument("--quick", action="store_true",
+                        help="a short run: fewer rounds and iterations, fleet 1,8,32, 5 s windows")
+    parser.add_argument("--parts", default="poll,scrape,fleet,breakdown",
+                        help="comma-separated: poll, scrape, fleet, breakdown (default: all)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of parts 1 and 2 (>= 5)")
+    parser.add_argument("--parse-iterations", type=int, default=200,
+                        help="parse calls per side per round")
+    parser.add_argument("--cycle-iterations", type=int, default=100,
+                        help="poll cycles per side per round")
+    parser.add_argument("--scrape-servers", type=int, default=32,
+                        help="servers whose families the scrape benchmark serves")
+    parser.add_argument("--scrape-requests", type=int, default=20,
+                        help="requests per side per round in the scrape benchmark")
+    parser.add_argument("--fleet", default="1,8,32,128,256",
+                        help="comma-separated server counts for the exporter-process runs")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each window")
+    parser.add_argument("--window", type=float, default=6.0,
+                        help="seconds of CPU / RSS / polls measurement per server count")
+    parser.add_argument("--scrape-seconds", type=float, default=2.0,
+                        help="seconds of scraping per scraper count per server count")
+    parser.add_argument("--concurrent", type=int, default=20, help="concurrent scrapers")
+    parser.add_argument("--bursts", type=int, default=2,
+                        help="bursts of all concurrent scrapers at once, one a second")
+    parser.add_argument("--fake-procs", type=int, default=2,
+                        help="processes the fake servers are spread over (one for <= 8)")
+    parser.add_argument("--breakdown-servers", type=int, default=128,
+                        help="servers of the where-the-time-goes part (its render stages)")
+    parser.add_argument("--py-spy", metavar="BINARY",
+                        help="profile the exporter with this py-spy after each fleet run "
+                        "(polls only, then polls + concurrent scrapers)")
+    parser.add_argument("--json", type=Path, help="also write the JSON results here")
     args = parser.parse_args()
-    import tempfile
+    if args.quick:
+        args.rounds, args.parse_iterations, args.cycle_iterations = 5, 50, 20
+        args.scrape_requests, args.fleet = 30, "1,8,32"
+        args.warmup, args.window, args.scrape_seconds, args.bursts = 2.0, 5.0, 1.5, 2
+        args.breakdown_servers = 32
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5")
+    parts = set(args.parts.split(","))
 
+    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         exposition = realistic_exposition()
-        fake, url = start_fake_server(Path(tmp), exposition)
-        try:
-            results = {
-                "poll_cpu": bench_poll_cpu(url, exposition, args.repeats),
-                "scrape": bench_scrape(url, args.servers, args.scrapes),
-                "rss": bench_rss(url, args.rss_seconds),
-            }
-        finally:
-            fake.terminate()
-    results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    print(json.dumps(results, indent=2))
+        files = fixture_files(Path(tmp), exposition)
+        if "poll" in parts:
+            results["poll_cpu"] = bench_poll_cpu(files, exposition, args.rounds,
+                                                 args.parse_iterations, args.cycle_iterations)
+        if "scrape" in parts:
+            results["scrape"] = bench_scrape(files, args.scrape_servers, args.rounds,
+                                             args.scrape_requests)
+        if "fleet" in parts:
+            results["fleet"] = []
+            for n in map(int, args.fleet.split(",")):
+                try:
+                    results["fleet"].append(bench_fleet(
+                        files, n, args.warmup, args.window, args.scrape_seconds, args.bursts,
+                        1 if n <= 8 else args.fake_procs, args.concurrent, args.py_spy))
+                except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+                    results["fleet"].append({"servers": n, "error": str(err)[-500:]})
+        if "breakdown" in parts:
+            results["breakdown"] = bench_breakdown(files, args.breakdown_servers, args.rounds,
+                                                   args.cycle_iterations)
+    results["machine"] = {
+        "cpus": os.cpu_count(), "python": sys.version.split()[0],
+        "prometheus_client": _version("prometheus_client"),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "loadavg": os.getloadavg(),
+        "argv": sys.argv[1:]}
+    text = json.dumps(results, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+    print()
+    print(markdown(results, args.concurrent))
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+    return version(dist)
 
 
 if __name__ == "__main__":
