@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import itertools
 import logging
 import socket
 import threading
@@ -75,6 +76,7 @@ class Exposition:
     def __init__(self, registry: CollectorRegistry):
         self._registry = registry
         self._lock = threading.Lock()
+        self._changes = itertools.count(1)
         self._generation = 0
         self._rendered: int | None = None
         self._bytes: dict[tuple[bool, bool], bytes] = {}
@@ -82,11 +84,15 @@ class Exposition:
 
     def changed(self) -> None:
         """A source has new state. Cheap: the render happens at the next scrape."""
-        self._generation += 1
+        self._generation = next(self._changes)  # atomic: several sources call it at once
 
     def body(self, openmetrics: bool, gzipped: bool) -> bytes:
+        arrived = self._generation
         with self._lock:  # concurrent scrapes of a new state wait for one render, not each own
-            if self._rendered != self._generation:
+            # A scrape that waited behind a render of a state at least as new as the one it
+            # arrived to takes those bytes: with many pollers the state changes many times a
+            # second, and re-rendering for each waiting scrape would queue them up.
+            if self._rendered is None or self._rendered < arrived:
                 self._rendered = self._generation
                 self._bytes.clear()
                 self._families = _Families(list(self._registry.collect()))

@@ -4,6 +4,7 @@ negotiated like prometheus_client's own app, by a bounded pool of workers."""
 import gzip
 import http.client
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -131,3 +132,33 @@ def test_more_concurrent_clients_than_workers_are_all_answered(served):
     with ThreadPoolExecutor(64) as pool:
         statuses = list(pool.map(lambda _: get(port)[0].status, range(200)))
     assert statuses == [200] * 200
+
+
+def test_scrapes_queued_behind_a_render_take_its_bytes_while_the_state_keeps_changing():
+    class SlowCollector(CountingCollector):
+        def collect(self):
+            time.sleep(0.3)  # a render of many servers
+            yield from super().collect()
+
+    collector = SlowCollector()
+    registry = CollectorRegistry()
+    registry.register(collector)
+    exposition = Exposition(registry)
+    stop = threading.Event()
+
+    def polls():  # many pollers: the state changes every few milliseconds
+        while not stop.is_set():
+            exposition.changed()
+            time.sleep(0.005)
+
+    changer = threading.Thread(target=polls, daemon=True)
+    changer.start()
+    try:
+        with ThreadPoolExecutor(10) as pool:
+            list(pool.map(lambda _: exposition.body(True, True), range(10)))
+    finally:
+        stop.set()
+        changer.join()
+    # One render for the first scrape, at most one more for those that arrived during it
+    # (each scrape rendering again would be 10).
+    assert collector.collects <= 3
