@@ -12,6 +12,7 @@ Writers: OpenMetrics with timestamps for `promtool tsdb create-blocks-from openm
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import math
@@ -155,8 +156,6 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
             on_event(event)
 
     sim = Simulation(scenario, release, start_ts=start, on_event=events)
-    # The scenario's own crashes would make the exporter warn on every render.
-    logging.getLogger("sglang_obs.exporter.poller").setLevel(logging.ERROR)
     lock = threading.Lock()
     app = make_app(sim, lock)
     poller = TargetPoller(
@@ -175,18 +174,32 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
     steps = int(scenario.duration // step) + 1
     out = Rendered(start=start, step=step, steps=steps)
     t = 0.0
-    for index in range(steps):
-        scrape_at = index * step
-        while t <= scrape_at:  # the exporter polls several times per scrape
-            sim.advance(t)
-            poller.poll_once()
-            t += poll_interval
-        sim.advance(scrape_at)
-        gpus.sample()
-        _deliver_xids(nvml, xid_events, xids)
-        _collect_native(sim, app, out, index, instance)
-        _collect_exporter(exporter, out, index)
+    # The scenario's own crashes would make the exporter warn on every render; the level is
+    # put back after, for the real pollers of the same process.
+    with _quiet("sglang_obs.exporter.poller"):
+        for index in range(steps):
+            scrape_at = index * step
+            while t <= scrape_at:  # the exporter polls several times per scrape
+                sim.advance(t)
+                poller.poll_once()
+                t += poll_interval
+            sim.advance(scrape_at)
+            gpus.sample()
+            _deliver_xids(nvml, xid_events, xids)
+            _collect_native(sim, app, out, index, instance)
+            _collect_exporter(exporter, out, index)
     return out
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _deliver_xids(nvml: FeedNvml, events: set, xids: XidWatcher) -> None:

@@ -1,5 +1,6 @@
 """`sglang-sim render`: series a real Prometheus backfills and promtool tests accept; the CLI."""
 
+import logging
 import re
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import pytest
 import yaml
 
 from sglang_obs.simulator import docs
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.render import render
 
 from conftest import ROOT, require_binary
 from helpers import running_prometheus, wait_query
@@ -121,3 +124,15 @@ def test_generated_blocks_of_docs_simulator_md_are_fresh():
 
 def test_every_model_parameter_is_documented():
     assert "| `server.max_running_requests` | `44` |" in (ROOT / "docs/simulator.md").read_text()
+
+
+def test_a_render_leaves_the_pollers_log_level_as_it_found_it():
+    # Renders run in the same process as live pollers (the tests, the detection table):
+    # quieting the simulated crashes must not silence the real ones.
+    poller_log = logging.getLogger("sglang_obs.exporter.poller")
+    poller_log.setLevel(logging.DEBUG)
+    try:
+        render(scenarios.load("healthy"), step=300.0, poll_interval=60.0)
+        assert poller_log.level == logging.DEBUG
+    finally:
+        poller_log.setLevel(logging.NOTSET)
