@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from sglang_obs.exporter.log_follow import FileFollower
+from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.generate.backfill import prometheus
 from sglang_obs.prometheus_api import Prometheus
 from sglang_obs.simulator import scenario as scenarios
@@ -30,6 +32,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def followed_empty_log(tmp_path: Path, server: str = ""):
+    """(path, stats, follower): an empty sglang.log under `tmp_path`, followed from its start."""
+    path = tmp_path / "sglang.log"
+    path.write_text("")
+    stats = LogStats()
+    follower = FileFollower(str(path), stats, server=server)
+    follower.poll()
+    return path, stats, follower
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 5.0) -> None:

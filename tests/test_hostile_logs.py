@@ -28,6 +28,7 @@ from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, parse_line
 
 from fake_docker import FakeContainer, FakeDocker
+from helpers import followed_empty_log
 
 EXE = str(Path(sys.executable).parent / "sglang-obs")
 MARKER = "PROMPT-MARKER-7f3a9c"
@@ -166,11 +167,7 @@ def test_a_directory_or_a_socket_at_the_path_is_down(tmp_path, kind):
 
 
 def test_one_poll_reads_at_most_the_byte_cap_and_the_next_ones_the_rest(tmp_path):
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats)
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path)
     # The file grows by 40 MiB of NUL bytes (sparse: no disk), then a real line.
     os.truncate(path, 40 * MIB)
     write(path, "", prefill(42))
@@ -220,11 +217,7 @@ def test_a_deleted_file_is_down_and_back_when_it_reappears(tmp_path, caplog):
 
 # -- 4. truncated and refilled within one poll -----------------------------------------------
 def test_truncated_and_refilled_past_the_offset_within_one_poll_counts_every_new_line(tmp_path):
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats)
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path)
     write(path, *(prefill(100_000 + i) for i in range(30)))
     assert follower.poll() == 30
     with open(path, "w") as f:  # copytruncate, then the writer goes on: all before one poll
@@ -254,11 +247,7 @@ def test_a_rewritten_head_is_a_truncation_too(tmp_path):
 
 
 def test_appends_are_not_mistaken_for_a_rewrite(tmp_path):
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats)
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path)
     for i in range(50):
         write(path, prefill(i))
         follower.poll()
@@ -279,11 +268,7 @@ def prompt_line(before, ending=FORGED):
 def test_a_megabyte_prompt_that_ends_like_a_batch_line_is_dropped_not_parsed(tmp_path, pieces):
     # The forged text starts 5 bytes after a 1 MiB read: the reader this replaced dropped the
     # first MiB of the line and parsed the rest as a line (pending 999999999, queue 999).
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats)
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path)
     write(path, prefill(5))
     follower.poll()
     line = prompt_line(MIB + 5) + "\n"
@@ -308,11 +293,7 @@ def test_a_prompt_before_a_batch_line_on_one_line_is_not_sglang():
 
 
 def test_lines_not_sglang_and_too_long_are_counted_apart(tmp_path):
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats)
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path)
     write(path, "user: " + FORGED, "Traceback (most recent call last):",
           "[2026-11-29 11:51:16 TP0] " + "y" * (MAX_LINE_BYTES + 1), prefill(9))
     follower.poll()
@@ -362,11 +343,7 @@ def test_line_reader_bounds():
 # -- 6. no prompt text anywhere ---------------------------------------------------------------
 def test_no_prompt_text_reaches_a_metric_or_a_log_record(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)  # every logger, every level
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats, server="s")
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path, server="s")
     write(path, prompt_line(2 * MIB),  # too long
           prompt_line(2000, ending=""),  # an SGLang line of another kind
           f"[2026-11-29 11:51:16 TP0] Prefill batch, #new-seq: {MARKER}, #new-token: 1",

@@ -19,7 +19,7 @@ from sglang_obs.exporter.poller import PollSettings, TargetPoller
 
 from fake_docker import FakeContainer, FakeDocker
 from fake_sglang import Route
-from helpers import free_port
+from helpers import followed_empty_log, free_port
 
 PREFILL = ("[2026-11-29 11:51:14 TP0] Prefill batch, #new-seq: {seq}, #new-token: {new}, "
            "#cached-token: {cached}, token usage: 0.31, #running-req: 8, #queue-req: 3, "
@@ -94,11 +94,7 @@ def test_survives_rotation_truncation_and_a_file_that_appears_later(tmp_path):
 
 
 def test_partial_lines_wait_and_garbage_is_counted_not_fatal(tmp_path):
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats)
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path)
     line = prefill(pending=777)
     with open(path, "a") as f:
         f.write(line[:40])
@@ -117,11 +113,7 @@ def test_partial_lines_wait_and_garbage_is_counted_not_fatal(tmp_path):
 
 
 def test_log_collector_exposes_numbers_only(tmp_path):
-    path = tmp_path / "sglang.log"
-    path.write_text("")
-    stats = LogStats()
-    follower = FileFollower(str(path), stats, server="sglang:30000")
-    follower.poll()
+    path, stats, follower = followed_empty_log(tmp_path, server="sglang:30000")
     write(path, CAPACITY, prefill(pending=10), DECODE,
           "[2026-11-29 11:52:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, "
           "#new_tokens_gained: 12000, #new_token_ratio: 0.4000 -> 0.7000 api_key=sk-SECRET")
