@@ -235,12 +235,7 @@ class Running:
         self.started = time.monotonic()
 
     def get(self, path: str = "/metrics") -> str:
-        started = time.monotonic()
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
-            assert resp.status == 200
-            body = resp.read().decode()
-        assert time.monotonic() - started < 1.0, f"{path} took over 1 s"
-        return body
+        return scrape(self.port, path)
 
     def samples(self) -> dict:
         return samples_of(self.get())
