@@ -37,10 +37,10 @@ SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 BURN_RATES = (("critical", "1h", "5m", 14.4, "2m"), ("critical", "6h", "30m", 6, "15m"),
               ("warning", "1d", "2h", 3, "1h"), ("warning", "3d", "6h", 1, "3h"))
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-# State alerts keep firing this long after their state ends: an episode shorter than
-# Alertmanager's group_wait still reaches the receiver, and a state flickering at its threshold
-# does not flap (keep_firing_for: Prometheus 2.42+).
-KEEP_FIRING = "2m"
+# The saturation states: a server in one of them is slow for a reason the state names. Their
+# alerts are the one notification of an incident; the symptoms they explain stay silent.
+SATURATION_STATES = ("prefill_backlog", "decode_contention", "kv_capacity",
+                     "scheduling_bottleneck")
 LATENCY_HISTOGRAMS = (
     ("time_to_first_token_seconds", "TTFT"), ("inter_token_latency_seconds", "ITL"),
     ("e2e_request_latency_seconds", "E2E"), ("queue_time_seconds", "queue time"))
@@ -176,10 +176,17 @@ def recording_groups(t: dict) -> list[Group]:
   / ({by} (rate(sglang:{o.histogram}_count{{{s}}}[{window}])) > 0)""",
                 f"{o.key.upper()} SLO error ratio over {window}: share above {le} s "
                 f"(an exact bucket bound)."))
+    count = f"sglang:time_to_first_token_seconds_count{{{s}}}"
     slo.append(Record(
         "instance_model:sglang_requests:rate1h",
-        f"{by} (rate(sglang:time_to_first_token_seconds_count{{{s}}}[1h]))",
-        "Traffic floor of the SLO alerts: requests per second over the last hour."))
+        f"""
+{by} (increase({count}[1h]))
+  / on (instance, model_name) clamp(
+      time() - min by (instance, model_name) (min_over_time(timestamp({count})[1h:1m])),
+      300, 3600)""",
+        "Traffic floor of the SLO alerts: requests per second over the last hour, or over the "
+        "history there is (at least 5 minutes) when Prometheus has less: rate() over 1h would "
+        "divide a new server's 8 minutes of requests by 60 minutes."))
     return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
             Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
             state_group(t)]
@@ -189,7 +196,7 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
     """The states in priority order: a server is in the first one whose condition holds."""
     c = t["classification"]
     kv = (f"(instance:sglang_kv_occupancy:ratio >= {c['kv_occupancy_ratio']})"
-          " or (instance:sglang_retractions:increase5m > 0)")
+          f" or ({retractions_record(t)} > 0)")
     # Waiting prompts behind a running batch at its limit are not a prefill backlog: they wait
     # for a slot (decode contention or a scheduling limit), not for prefill compute.
     prefill = (f"(instance:sglang_prefill_backlog_tokens:max >= {c['prefill_backlog_tokens']})"
@@ -221,7 +228,8 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
                    "scrape fails"),
         StateClass("kv_capacity", kv,
                    f"KV occupancy (`instance:sglang_kv_occupancy:ratio`) ≥ "
-                   f"{c['kv_occupancy_ratio']}, or any retraction in the last 5 min"),
+                   f"{c['kv_occupancy_ratio']}, or any retraction in the last "
+                   f"{c['kv_retraction_window']}"),
         StateClass("prefill_backlog", prefill,
                    f"≥ {c['prefill_backlog_tokens']} prompt tokens wait to be prefilled "
                    "(`instance:sglang_prefill_backlog_tokens:max`), the queue is non-empty, and "
@@ -241,6 +249,17 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
         StateClass("healthy", "instance:sglang_available:min == 1",
                    "reachable and none of the above"),
     )
+
+
+def retractions_record(t: dict) -> str:
+    return f"instance:sglang_retractions:increase{t['classification']['kv_retraction_window']}"
+
+
+def explained(t: dict, window: str | None = None) -> str:
+    """`unless` clause of a symptom alert: silent while a saturation state of its server holds
+    or held within the window (its state alert is the notification)."""
+    w = window or t["symptom_explained_window"]
+    return f"unless on (instance) (max_over_time(instance:sglang_saturated:bool[{w}]) == 1)"
 
 
 def state_group(t: dict) -> Group:
@@ -266,13 +285,14 @@ def state_group(t: dict) -> Group:
                     f"max by (instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
                     "KV pool used over capacity at full resolution."))
     x = f"sglang:num_retracted_requests_total{{{s}}}"
-    g.append(Record("instance:sglang_retractions:increase5m", f"""
+    w = t["classification"]["kv_retraction_window"]
+    g.append(Record(retractions_record(t), f"""
 sum by (instance) (
-    (increase({x}[5m]) or 0 * {x})
-  + ((min_over_time({x}[5m]) unless {x} offset 5m) or 0 * {x}))""",
-                    "Requests retracted (KV pool full in decode) in the last 5 minutes (0.5.7+). "
-                    "SGLang creates the counter at the first retraction, already counting it, so "
-                    "a series younger than 5 minutes counts from zero."))
+    (increase({x}[{w}]) or 0 * {x})
+  + ((min_over_time({x}[{w}]) unless {x} offset {w}) or 0 * {x}))""",
+                    f"Requests retracted (KV pool full in decode) in the last {w} (0.5.7+). "
+                    f"SGLang creates the counter at the first retraction, already counting it, so "
+                    f"a series younger than {w} counts from zero."))
     g.append(Record("instance:sglang_decode_speed_per_request:p90_1h",
                     "quantile_over_time(0.9, instance:sglang_decode_speed_per_request:max[1h])",
                     "The server's usual good decode speed per request: the baseline of "
@@ -292,6 +312,13 @@ sum by (instance) (
                     "\nor ".join(f'label_replace(0 * (instance:sglang_state:code == {i}) + 1, '
                                  f'"state", "{name}", "", "")' for i, name in enumerate(STATES)),
                     "The same state as a label (value 1), for tables, alerts and snapshots."))
+    codes = " or ".join(f"instance:sglang_state:code == {STATES.index(k)}"
+                        for k in SATURATION_STATES)
+    g.append(Record("instance:sglang_saturated:bool",
+                    f"0 * instance:sglang_state:code + 1 and on (instance) ({codes})\n"
+                    "or 0 * instance:sglang_state:code",
+                    "1 while the server is in a saturation state ("
+                    + ", ".join(SATURATION_STATES) + "), else 0: the symptom alerts read it."))
     return Group("sglang-state.rules", "sglang.rules.yml", tuple(g))
 
 
@@ -304,10 +331,11 @@ def availability_alerts(t: dict) -> tuple[Alert, ...]:
         Alert(
             "SGLangServerDown",
             f"""
-max by (instance) (sglang_obs_up{{{e}}}) == 0
+max by (instance, host) (sglang_obs_up{{{e}}}) == 0
 or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)""",  # noqa: E501
             "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
-            "the exporter still reaches the API, is SGLangMetricsMissing, not this.",
+            "the exporter still reaches the API, is SGLangMetricsMissing, not this. `host` (the "
+            "exporter's) lets a lost GPU of the same host inhibit it.",
             severity="critical", for_="30s", summary="SGLang server is not answering.",
             description="{{ $labels.instance }} has not answered for 30 seconds (state "
                         "unavailable): requests to it fail.",
@@ -387,9 +415,29 @@ or (max by (instance) (up{{{s}}}) == 1
     )
 
 
+def _quote(query: str, text: str, fmt: str = "humanize") -> str:
+    """A description fragment with the value of `query` for this alert's instance (`%q` is the
+    instance); nothing when the query returns nothing, so a missing series never prints junk."""
+    return (f'{{{{ with printf `{query}` $labels.instance | query }}}}'
+            f'{text.format(v=f"{{{{ . | first | value | {fmt} }}}}")}{{{{ end }}}}')
+
+
+# What the user sees, quoted in each saturation alert: the symptom alerts it silences.
+WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{instance=%q} > 0",
+                 "; requests have been waiting continuously for {v}", "humanizeDuration")
+TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m{instance=%q})",
+                  "; TTFT p95 over 5 minutes is {v}", "humanizeDuration")
+ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m{instance=%q})",
+                 "; ITL p95 over 5 minutes is {v}", "humanizeDuration")
+
+
 def saturation_alerts(t: dict) -> tuple[Alert, ...]:
-    a = t["alerts"]
+    a, sustain = t["alerts"], t["sustain"]
+    keep = sustain["keep_firing_for"]
     meaning = {k.state: k.meaning for k in state_classes(t)}
+    retracted = _quote(f"{retractions_record(t)}{{instance=%q}} > 0",
+                       "{v} requests were retracted in the last "
+                       f"{t['classification']['kv_retraction_window']} and ")
 
     def in_state(state: str) -> str:
         return f"the server is in state `{state}`: {meaning[state]}"
@@ -403,68 +451,81 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "SGLangPrefillBacklog",
             state_expr("instance:sglang_prefill_backlog_tokens:max", "prefill_backlog"),
             "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains "
-            "them.",
-            severity="warning", for_="1m", summary="SGLang prefill backlog is building up.",
-            keep_firing_for=KEEP_FIRING,
+            "them. No quiet scenario ever enters the state, so one more evaluation suffices.",
+            severity="warning", for_=sustain["prefill_backlog"],
+            summary="SGLang prefill backlog is building up.",
+            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state prefill_backlog: "
-                        "{{ $value | humanize }} prompt tokens wait to be prefilled while "
-                        "requests queue.",
+                        "{{ $value | humanize }} prompt tokens wait to be prefilled"
+                        + WAITING + TTFT_P95 + ".",
             fires_when=in_state("prefill_backlog")),
         Alert(
             "SGLangDecodeContention",
             state_expr("instance:sglang_decode_speed_per_request:max", "decode_contention"),
             "State decode_contention: too many long requests decode at once; each one is slow. "
-            "Decode speed and running come from the exporter's 1 s polls, so 1m is enough.",
-            severity="warning", for_="1m",
+            "A healthy server's batch swings into the state for up to half a minute, hence "
+            "the longer sustain.",
+            severity="warning", for_=sustain["decode_contention"],
             summary="SGLang requests are slowed by decode contention.",
-            keep_firing_for=KEEP_FIRING,
+            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state decode_contention: each request "
-                        "decodes at {{ $value | humanize }} tokens/s, well below its usual speed.",
+                        "decodes at {{ $value | humanize }} tokens/s, well below its usual speed"
+                        + ITL_P95 + WAITING + ".",
             fires_when=in_state("decode_contention")),
         Alert(
             "SGLangKVCachePressure",
             state_expr("instance:sglang_kv_occupancy:ratio", "kv_capacity"),
-            "State kv_capacity: the KV pool is full; requests are retracted or wait for memory.",
-            severity="warning", for_="2m", summary="SGLang KV cache pool is out of room.",
-            keep_firing_for=KEEP_FIRING,
-            description="{{ $labels.instance }} is in state kv_capacity: the KV pool is "
-                        "{{ $value | humanizePercentage }} used, or requests were retracted in "
-                        "the last 5 minutes.",
+            "State kv_capacity: the KV pool is full; requests are retracted (SGLang's "
+            "preemption throws away their decode work) or wait for memory. Retractions are part "
+            "of the state, so they need no alert of their own.",
+            severity="warning", for_=sustain["kv_capacity"],
+            summary="SGLang KV cache pool is out of room.",
+            keep_firing_for=keep,
+            description="{{ $labels.instance }} is in state kv_capacity: " + retracted
+                        + "the KV pool is {{ $value | humanizePercentage }} used"
+                        + WAITING + TTFT_P95 + ".",
             fires_when=in_state("kv_capacity")),
-        Alert(
-            "SGLangRequestsRetracted",
-            "instance:sglang_retractions:increase5m > 0",
-            "Retraction (SGLang's preemption) throws away decode work: the pool ran out.",
-            severity="warning", for_="1m", summary="SGLang is retracting requests.",
-            description="{{ $labels.instance }} retracted {{ $value | humanize }} requests in 5 "
-                        "minutes (state kv_capacity): the KV pool ran out during decode.",
-            fires_when="SGLang retracted at least one request in the last 5 minutes "
-                       "(`instance:sglang_retractions:increase5m > 0`)"),
         Alert(
             "SGLangSchedulingBottleneck",
             state_expr("instance:sglang_queue_nonempty_duration_seconds:max",
                        "scheduling_bottleneck"),
-            "State scheduling_bottleneck: requests wait for a running slot while memory is free.",
-            severity="warning", for_="2m", summary="SGLang requests queue while capacity is free.",
-            keep_firing_for=KEEP_FIRING,
+            "State scheduling_bottleneck: requests wait for a running slot while memory is free. "
+            "The state's condition is itself a duration (the queue has been non-empty that "
+            "long), so a short sustain suffices.",
+            severity="warning", for_=sustain["scheduling_bottleneck"],
+            summary="SGLang requests queue while capacity is free.",
+            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
                         "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
-                        "from full.",
+                        "from full" + TTFT_P95 + ".",
             fires_when=in_state("scheduling_bottleneck")
             + ", with no prefill backlog and no decode contention (those come first)"),
         Alert(
             "SGLangLongQueueing",
             "instance:sglang_queue_nonempty_duration_seconds:max >= "
-            f"{a['long_queueing_seconds']}",
+            f"{a['long_queueing_seconds']}\n{explained(t)}",
             "The signal is itself a duration (the queue has been non-empty that long), so the "
-            "rule needs no for:. A symptom: the state alerts name the cause.",
+            "rule needs no for:. A symptom: silent when a saturation state explains it (that "
+            "state's alert quotes the queueing).",
             severity="warning", for_="0m", summary="SGLang requests have been queueing for long.",
             description="{{ $labels.instance }}: the waiting queue has been continuously "
-                        "non-empty for {{ $value | humanizeDuration }}.",
+                        "non-empty for {{ $value | humanizeDuration }}, with no saturation state "
+                        "to explain it.",
             fires_when="the waiting queue has been continuously non-empty for ≥ "
                        f"{a['long_queueing_seconds']} s "
-                       "(`instance:sglang_queue_nonempty_duration_seconds:max`)"),
+                       "(`instance:sglang_queue_nonempty_duration_seconds:max`), and the server "
+                       "has not been in a saturation state ("
+                       + ", ".join(f"`{k}`" for k in SATURATION_STATES)
+                       + f") in the last {t['symptom_explained_window']}"),
     )
+
+
+def _seconds(duration: str) -> int:
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[duration[-1]]
+
+
+def _longer(a: str, b: str) -> str:
+    return a if _seconds(a) >= _seconds(b) else b
 
 
 def slo_alerts(t: dict) -> tuple[Alert, ...]:
@@ -482,7 +543,8 @@ def slo_alerts(t: dict) -> tuple[Alert, ...]:
                 f"""
 instance_model:sglang_{o.key}_slo_errors:ratio_rate{long} > {budget}
 and instance_model:sglang_{o.key}_slo_errors:ratio_rate{short} > {budget}
-and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}""",
+and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}
+{explained(t, _longer(short, t["symptom_explained_window"]))}""",
                 f"{factor}x burn over {long} and {short}: "
                 f"{'pages' if severity == 'critical' else 'a ticket'}; traffic floor {floor} "
                 f"req/s.",
@@ -496,7 +558,9 @@ and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}"""
                 dashboard="sglang-latency",
                 fires_when=f"the error ratio is above {budget} ({factor}× the {allowed:g} % "
                            f"budget) over both {long} and {short}, with > {floor} req/s over "
-                           "1 h"))
+                           "1 h (or the history there is), and no saturation state in the last "
+                           f"{_longer(short, t['symptom_explained_window'])} (its alert is the "
+                           "notification and quotes the latency)"))
     endpoints = ", ".join(f"`{path}`" for path in SERVING_ENDPOINTS.split("|"))
     return (
         *burns,
@@ -548,11 +612,13 @@ def gpu_alerts(t: dict) -> tuple[Alert, ...]:
             "GPULost",
             f"""
 sglang_obs_gpu_device_up{{{e}}} == 0
-or on (instance) (max by (instance) (sglang_obs_gpu_collector_up{{{e}}}) == 0
+or on (instance) (max by (instance, host) (sglang_obs_gpu_collector_up{{{e}}}) == 0
     and on (instance) max by (instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
             "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also "
-            "a host whose NVML stopped working after it had GPUs in the last hour.",
-            severity="critical", for_="1m", summary="A GPU is lost.",
+            "a host whose NVML stopped working after it had GPUs in the last hour. Its sustain "
+            "is shorter than SGLangServerDown's, so that it reaches Alertmanager first and "
+            "inhibits the down server it explains.",
+            severity="critical", for_="15s", summary="A GPU is lost.",
             description="GPU {{ with $labels.gpu }}{{ . }}{{ else }}(all){{ end }} on "
                         "{{ $labels.instance }} no longer answers NVML.", dashboard="sglang-gpus",
             fires_when="NVML no longer reaches the GPU (`sglang_obs_gpu_device_up == 0`), or the "
