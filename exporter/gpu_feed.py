@@ -8,6 +8,7 @@ unchanged on it. A reading's fields:
     utilization_ratio, memory_total_bytes, memory_used_bytes, power_watts, power_limit_watts,
     energy_joules, temperature_celsius, sm_clock_hertz, sm_clock_max_hertz, thermal_throttle,
     xid_events: [[unix time, xid], ...]
+    lost: true when the GPU has fallen off the bus (every call on it raises GpuIsLost)
 
 It must never stand in for a real GPU by accident: `FeedNvml.from_feed` refuses to start when the
 real NVML library initialises and sees a device. A host with a GPU reports its real GPUs.
@@ -22,6 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from sglang_obs.exporter.nvml import GPU_IS_LOST
 from sglang_obs.exporter.xid import TIMEOUT, XID_CRITICAL_ERROR
 
 
@@ -84,7 +86,10 @@ class FeedNvml:
         return index
 
     def _gpu(self, handle: int) -> dict[str, Any]:
-        return self._cache[handle]
+        reading = self._cache[handle]
+        if reading.get("lost"):
+            raise FeedGpuLost()
+        return reading
 
     def nvmlDeviceGetUtilizationRates(self, handle: int):  # noqa: N802
         util = round(self._gpu(handle)["utilization_ratio"] * 100)
@@ -204,6 +209,12 @@ class FeedNvml:
 
     def nvmlDeviceGetIndex(self, handle: int) -> int:  # noqa: N802
         return handle
+
+
+class FeedGpuLost(Exception):
+    """NVML_ERROR_GPU_IS_LOST, as pynvml raises it for a GPU that fell off the bus."""
+
+    value = GPU_IS_LOST
 
 
 class FeedTimeout(Exception):

@@ -91,6 +91,7 @@ class NvmlBackend:
         self.initialized = False
         self.inits = 0
         self.errors: dict[str, int] = {}  # reason -> failures, from the first one
+        self._warned: set[str] = set()  # reasons logged since NVML last fully answered
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, field)
         self._known: dict[str, int] = {}  # uuid -> last index of every GPU seen, to report it lost
         self._gpm: dict[str, Any] = {}  # uuid -> previous GPM sample
@@ -168,6 +169,9 @@ class NvmlBackend:
                  if u not in seen]  # a GPU that vanished from the count is lost, not gone
         if context_broken:
             self.shutdown()  # re-initialise next cycle; the other GPUs were read this one
+        if gpus and all(g.up for g in gpus) and self._warned:
+            log.warning("NVML: every GPU answers again")
+            self._warned.clear()
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else ""
         return NvmlReading(count > 0 and any(g.up for g in gpus), gpus, driver, cuda_text,
                            time.perf_counter() - started)
@@ -175,7 +179,9 @@ class NvmlBackend:
     def _failed(self, err: BaseException) -> None:
         reason = REASONS.get(_code(err), "other")
         self.errors[reason] = self.errors.get(reason, 0) + 1
-        log.warning("NVML: %s (%s)", reason, type(err).__name__)
+        if reason not in self._warned:  # once per state change: a lost GPU fails every cycle
+            self._warned.add(reason)
+            log.warning("NVML: %s (%s)", reason, type(err).__name__)
 
     def _known_by_index(self) -> list[tuple[str, int]]:
         return sorted(self._known.items(), key=lambda item: (item[1], item[0]))

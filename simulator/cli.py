@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpu-feed", action="store_true",
                        help="serve the scenario's simulated GPU readings at /sim/gpu (for the "
                        "exporter's simulator-only NVML source)")
+    serve.add_argument("--gpu-feed-port", type=int, metavar="PORT",
+                       help="also serve /sim/gpu on this port, open through the scenario's "
+                       "crashes (NVML outlives SGLang)")
     serve.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
                        help="start this far into the scenario (the model runs up to it first)")
     serve.add_argument("--once", action="store_true",
@@ -132,7 +135,8 @@ def _serve(args, sc, parser) -> int:
     if args.start_at > 0:
         sim.advance(args.start_at)
     server = SimServer(sim, args.host, args.port, speed=args.speed,
-                       metrics_escaping=args.metrics_escaping, gpu_feed=args.gpu_feed)
+                       metrics_escaping=args.metrics_escaping, gpu_feed=args.gpu_feed,
+                       gpu_feed_port=args.gpu_feed_port)
     try:
         server.start()
     except OSError as err:

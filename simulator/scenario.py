@@ -18,6 +18,7 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
       - {at: 900, kind: crash, downtime: 40}
       - {at: 1200, kind: gpu_slowdown, factor: 0.5, duration: 300}
       - {at: 1300, kind: xid, gpu: 1, xid: 79}
+      - {at: 1400, kind: gpu_lost, gpu: 1}   # off the bus: Xid 79, NVML GpuIsLost, server dies
     truth:                    # which bottleneck class holds when
       - {from: 600, to: 700, class: prefill_backlog}
 
@@ -38,9 +39,11 @@ import yaml
 from sglang_obs.simulator.model import PerfModel, Request, ServerConfig
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
+# The server states of the classification, and gpu_lost: a host fault that takes the server with
+# it (its alert is GPULost, not the server's state).
 CLASSES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",
-           "kv_capacity", "scheduling_bottleneck")
-FAULT_KINDS = ("crash", "gpu_slowdown", "xid")
+           "kv_capacity", "scheduling_bottleneck", "gpu_lost")
+FAULT_KINDS = ("crash", "gpu_slowdown", "xid", "gpu_lost")
 
 
 class ScenarioError(ValueError):

@@ -2,7 +2,8 @@
 
 A ticker thread advances the simulation with the wall clock (times --speed). While the scenario
 has the server crashed the listening socket is closed, so clients see connection refused, as
-with a dead SGLang process; it reopens on the same port at the restart.
+with a dead SGLang process; it reopens on the same port at the restart. The GPU feed can have a
+port of its own (`--gpu-feed-port`) that stays open through a crash, as NVML outlives SGLang.
 """
 
 from __future__ import annotations
@@ -111,12 +112,14 @@ class SimServer:
 
     def __init__(self, sim: Simulation, host: str, port: int, speed: float = 1.0,
                  metrics_escaping: str = "negotiate", gpu_feed: bool = False,
-                 tick_seconds: float = 0.1):
+                 tick_seconds: float = 0.1, gpu_feed_port: int | None = None):
         self.sim, self.host, self.port = sim, host, port
         self.speed, self.tick = speed, tick_seconds
         self.lock = threading.Lock()
         self.app = make_app(sim, self.lock, metrics_escaping, gpu_feed)
         self._httpd: _Server | None = None
+        self.gpu_feed_port = gpu_feed_port
+        self._feed_httpd: _Server | None = None
         self._stop = threading.Event()
 
     def _listen(self) -> None:
@@ -133,7 +136,27 @@ class SimServer:
 
     def start(self) -> None:
         self._listen()
+        if self.gpu_feed_port is not None:
+            self._listen_gpu_feed()
         threading.Thread(target=self._tick_loop, daemon=True, name="ticker").start()
+
+    def _listen_gpu_feed(self) -> None:
+        sim, lock = self.sim, self.lock
+
+        def feed(environ, start_response):
+            if environ.get("PATH_INFO") != "/sim/gpu":
+                start_response("404 Not Found", [("Content-Type", "text/plain")])
+                return [b"not found\n"]
+            with lock:
+                body = json.dumps([r.__dict__ for r in sim.gpu_readings()]).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+
+        self._feed_httpd = make_server(self.host, self.gpu_feed_port, feed, _Server,
+                                       handler_class=_QuietHandler)
+        self.gpu_feed_port = self._feed_httpd.server_address[1]
+        threading.Thread(target=self._feed_httpd.serve_forever, daemon=True,
+                         name="gpu-feed").start()
 
     def _tick_loop(self) -> None:
         wall0, sim0 = time.monotonic(), self.sim.t
@@ -152,6 +175,10 @@ class SimServer:
     def stop(self) -> None:
         self._stop.set()
         self._close()
+        if self._feed_httpd is not None:
+            self._feed_httpd.shutdown()
+            self._feed_httpd.server_close()
+            self._feed_httpd = None
 
     def run(self) -> None:
         self.start()

@@ -36,6 +36,7 @@ class GpuReading:
     sm_clock_max_hertz: float
     thermal_throttle: bool
     xid_events: tuple[tuple[float, int], ...]  # (unix time, xid)
+    lost: bool = False  # fallen off the bus: NVML answers GpuIsLost for it
 
 
 class Simulation:
@@ -57,6 +58,7 @@ class Simulation:
                                                               key=lambda a: a[0])
         self._speed = 1.0
         self._xids: list[tuple[float, int, int]] = []  # (unix time, gpu, xid)
+        self._lost: set[int] = set()  # GPUs off the bus
         self._gpu_sample = (0.0, 0.0)  # (sim time, busy seconds) at the last GPU reading
         self._energy = [0.0] * scenario.server.tp_size
 
@@ -81,6 +83,8 @@ class Simulation:
                     yield (offset + f.at + f.duration, "fast", f)
             elif f.kind == "xid":
                 yield (offset + f.at, "xid", f)
+            elif f.kind == "gpu_lost":
+                yield (offset + f.at, "gpu_lost", f)
 
     @property
     def up(self) -> bool:
@@ -139,6 +143,12 @@ class Simulation:
             self.server.set_speed(1.0)
         elif action == "xid":
             self._xids.append((self.unix(), fault.gpu, fault.xid))
+        elif action == "gpu_lost":
+            # Xid 79, and the TP group cannot go on without the rank: the process dies and, with
+            # the GPU gone, cannot come back until the host is serviced.
+            self._xids.append((self.unix(), fault.gpu, 79))
+            self._lost.add(fault.gpu)
+            self.server.crash()
 
     # -- GPU feed ------------------------------------------------------------------------
     def gpu_readings(self) -> list[GpuReading]:
@@ -167,5 +177,6 @@ class Simulation:
                 temperature_celsius=(88.0 if throttled else 45.0 + 30.0 * util),
                 sm_clock_hertz=(1.98e9 * (self._speed if throttled else 1.0)),
                 sm_clock_max_hertz=2.52e9, thermal_throttle=throttled,
-                xid_events=tuple((ts, x) for ts, g, x in self._xids if g == i)))
+                xid_events=tuple((ts, x) for ts, g, x in self._xids if g == i),
+                lost=i in self._lost))
         return readings

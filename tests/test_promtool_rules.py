@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_obs.generate import rules
+
 from conftest import ROOT, require_binary
 from promql_text import innermost_call as _innermost_call
 from promql_text import paren_owners as _paren_owners
@@ -197,7 +199,7 @@ def _all_rule_exprs() -> list[tuple[str, str]]:
 RAW_COUNTER_READS = {
     # A counter SGLang creates at its first retraction, already counting it: increase() sees
     # nothing, so a young series is counted from zero (min_over_time, unless ... offset).
-    "instance:sglang_retractions:increase5m",
+    rules.retractions_record(rules.load_thresholds()),
 }
 
 

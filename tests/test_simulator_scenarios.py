@@ -5,7 +5,8 @@ unavailable: the SGLang target is down; idle: nothing runs or waits; healthy: no
 prefill_backlog: prompt tokens wait to be prefilled while requests queue; decode_contention:
 each request's decode speed falls a quarter or more below usual while the batch is twice usual;
 kv_capacity: the KV pool is (nearly) full and requests are retracted; scheduling_bottleneck:
-requests queue while the KV pool is far from full and running sits at its limit.
+requests queue while the KV pool is far from full and running sits at its limit; gpu_lost: NVML
+reports the GPU lost and the SGLang target is down.
 """
 
 import statistics
@@ -76,6 +77,9 @@ def evidence(name, truth):
     if cls == "scheduling_bottleneck":
         return (share(waiting, lambda v: v > 0) >= 0.9 and max(v for v in kv if v) < 0.5
                 and share(ratio, lambda v: v >= 0.8) >= 0.9)
+    if cls == "gpu_lost":
+        lost = [v for v in w("sglang_obs_gpu_device_up") if v is not None]
+        return 0 in lost and all(v == 0 for v in up[1:])
     raise AssertionError(f"no evidence check for class {cls}")
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -124,6 +125,7 @@ class AlertSink:
                  timeout: float = TIMEOUT):
         self._received: collections.deque[dict] = collections.deque(maxlen=KEEP)
         self.rejected = 0
+        self.notifications = 0  # requests recorded (one per Alertmanager notification)
         self.timeout = timeout
         self._lock = threading.Lock()
         self._streams: list = list(streams)
@@ -147,11 +149,17 @@ class AlertSink:
             return list(self._received)
 
     # -- recording ------------------------------------------------------------------------
-    def record(self, receiver: str, alerts: list) -> int:
-        """Log `alerts` (an Alertmanager payload's list) for `receiver`: how many were kept."""
+    def record(self, receiver: str, alerts: list, group_key: object = "") -> int:
+        """Log `alerts` (an Alertmanager payload's list) for `receiver`: how many were kept.
+        Each entry names its notification (one per request, numbered from 1) and the group's
+        key, so a reader can count notifications per incident, not only alerts."""
         now = time.time()
         lines = []
+        # A digest: distinct per group and bounded, without echoing the key's label values.
+        group = hashlib.sha256(_scalar(group_key).encode()).hexdigest()[:16]
         with self._lock:
+            self.notifications += 1
+            notification = self.notifications
             for i, alert in enumerate(alerts):
                 if i >= MAX_ALERTS:
                     self.rejected += len(alerts) - MAX_ALERTS
@@ -159,7 +167,7 @@ class AlertSink:
                                       f"alerts past the first {MAX_ALERTS} of one request "
                                       "not logged")
                     break
-                entry = bounded_entry(now, receiver, alert)
+                entry = bounded_entry(now, receiver, alert, notification, group)
                 if entry is None:
                     self.rejected += 1
                     continue
@@ -297,7 +305,7 @@ class AlertSink:
         alerts = payload.get("alerts") if isinstance(payload, dict) else None
         if not isinstance(alerts, list):
             raise Reject(400, "not an Alertmanager webhook payload: no list of alerts")
-        return 200, {"received": self.record(receiver, alerts)}
+        return 200, {"received": self.record(receiver, alerts, payload.get("groupKey", ""))}
 
 
 async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -393,7 +401,8 @@ def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict) -> 
 
 
 # -- one bounded line per alert ----------------------------------------------------------------
-def bounded_entry(now: float, receiver: str, alert: object) -> dict | None:
+def bounded_entry(now: float, receiver: str, alert: object, notification: int = 0,
+                  group: str = "") -> dict | None:
     """The logged form of one alert: at most LINE_MAX bytes as a JSON line (newline included);
     names and values cut to their limits, then kept while the line has room in the order of
     _by_priority. `truncated: true` says something was cut or left out. None for an alert
@@ -409,7 +418,7 @@ def bounded_entry(now: float, receiver: str, alert: object) -> dict | None:
            | (len(receiver) > RECEIVER_MAX) | (max(len(status), len(starts_at)) > FIELD_MAX))
     entry = {"time": now, "receiver": receiver[:RECEIVER_MAX], "status": status[:FIELD_MAX],
              "labels": {}, "annotations": {}, "startsAt": starts_at[:FIELD_MAX],
-             "truncated": True}
+             "notification": notification, "group": group[:FIELD_MAX], "truncated": True}
     room = LINE_MAX - 1 - len(json.dumps(entry))
     for where, name, value in _by_priority(labels, annotations):
         cost = len(json.dumps(name)) + len(json.dumps(value)) + 4  # ": " and ", "

@@ -1,0 +1,269 @@
+"""Alert timing end to end, on the real binaries at the shipped default intervals: how soon each
+fault's notification reaches the receiver, how soon "resolved" follows the clear, and how many
+notifications one incident makes.
+
+Every scenario runs at once, each on a host of its own (a simulator, its GPU feed and an
+exporter), into one Prometheus with prometheus/prometheus.yml and the generated rules (15 s
+scrape and evaluation, 5 s for the exporters), one Alertmanager with alertmanager/alertmanager.yml,
+and the alert sink. Each simulator starts 75 s or more before its fault, so every server has a
+healthy history first. The run takes about 16 minutes.
+
+The measurements go to docs/detection-e2e.json (with SGLANG_OBS_RECORD_E2E=1), which
+docs/detection.md quotes; otherwise the run is compared with the recorded one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_obs.generate import detection
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.tools.stack import _which
+
+from conftest import ROOT, require_binary
+from helpers import free_port, stop_process, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+BIN = Path(sys.executable).parent
+LEAD = 75  # seconds of healthy history before each fault
+AFTER_CLEAR = 135  # seconds watched after the last clear: the resolve target and a margin
+# (scenario, simulated second to start at): each fault starts LEAD seconds or more in.
+HOSTS = (("long-context-incident", 90), ("kv-exhaustion", 345), ("decode-contention", 405),
+         ("scheduling-bottleneck", 325), ("crash-restart", 540), ("gpu-lost", 225),
+         ("healthy", 60), ("idle-preallocated", 0), ("planned-restart", 405))
+TOLERANCE = 30  # seconds between this run and the recorded one (scrape/evaluation phases)
+
+
+@dataclass
+class Host:
+    scenario: str
+    start_at: float
+    sim_port: int
+    feed_port: int
+    exporter_port: int
+    procs: tuple = ()
+    started_wall: float = 0.0  # wall time when the simulator was at `sim_started`
+    sim_started: float = 0.0
+
+    @property
+    def instance(self) -> str:
+        return f"127.0.0.1:{self.sim_port}"
+
+    @property
+    def exporter(self) -> str:
+        return f"127.0.0.1:{self.exporter_port}"
+
+    def wall(self, scenario_seconds: float) -> float:
+        return self.started_wall + scenario_seconds - self.sim_started
+
+
+def _prometheus_config(hosts: list[Host], am_port: int, prom_port: int) -> dict:
+    config = yaml.safe_load((ROOT / "prometheus/prometheus.yml").read_text())
+    config["rule_files"] = [str(ROOT / "prometheus" / f) for f in config["rule_files"]]
+    config["alerting"]["alertmanagers"][0]["static_configs"] = [
+        {"targets": [f"127.0.0.1:{am_port}"]}]
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    t = detection.rules.load_thresholds()["selectors"]
+    jobs[t["exporter_job"]]["static_configs"] = [{"targets": [h.exporter for h in hosts]}]
+    sd = jobs[t["sglang_job"]]["http_sd_configs"]
+    jobs[t["sglang_job"]]["http_sd_configs"] = [
+        {**sd[0], "url": f"http://{h.exporter}/sd/sglang"} for h in hosts]
+    jobs["prometheus"]["static_configs"] = [{"targets": [f"127.0.0.1:{prom_port}"]}]
+    jobs["alertmanager"]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"]}]
+    return config
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    def answers():
+        if proc.poll() is not None:
+            raise AssertionError(f"{log.name} exited: {log.read_text()[-1500:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+    assert wait_for(answers, timeout, interval=0.2), f"{url} not ready: {log.read_text()[-800:]}"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Starts everything, waits until the last scenario is AFTER_CLEAR past its last clear, and
+    yields (hosts, the sink's entries)."""
+    for binary in ("prometheus", "promtool", "amtool"):
+        require_binary(binary)
+    work = tmp_path_factory.mktemp("alert-timing")
+    procs: list[subprocess.Popen] = []
+    try:
+        sink_port, am_port, prom_port = free_port(), free_port(), free_port()
+        sink_log = work / "alert-sink.log"
+        procs.append(_start([str(BIN / "sglang-obs"), "alert-sink", "--listen",
+                             f"127.0.0.1:{sink_port}", "--log-file",
+                             str(work / "alerts.jsonl")], sink_log))
+        _ready(f"http://127.0.0.1:{sink_port}/", procs[-1], sink_log)
+        hosts = [Host(name, at, free_port(), free_port(), free_port()) for name, at in HOSTS]
+        for h in hosts:  # the simulators first: each runs its model up to start_at
+            log = work / f"sim-{h.scenario}.log"
+            procs.append(_start([str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario,
+                                 "--host", "127.0.0.1", "--port", str(h.sim_port),
+                                 "--gpu-feed-port", str(h.feed_port), "--no-stdout-log",
+                                 "--start-at", str(h.start_at)], log))
+            h.procs = (procs[-1],)
+        for h in hosts:
+            log = work / f"sim-{h.scenario}.log"
+            _ready(f"http://{h.instance}/health", h.procs[0], log, timeout=120)
+            with urllib.request.urlopen(f"http://{h.instance}/sim/state", timeout=5) as resp:
+                h.sim_started, h.started_wall = json.load(resp)["sim_seconds"], time.time()
+        for h in hosts:
+            log = work / f"exporter-{h.scenario}.log"
+            procs.append(_start([str(BIN / "sglang-exporter"), "--web.listen-address",
+                                 h.exporter, "--no-collector.docker", "--sglang.url",
+                                 f"http://{h.instance}", "--collector.nvml.simulator-feed",
+                                 f"http://127.0.0.1:{h.feed_port}/sim/gpu"], log))
+            _ready(f"http://{h.exporter}/metrics", procs[-1], log)
+        am_config = (ROOT / "alertmanager/alertmanager.yml").read_text().replace(
+            "http://alert-sink:9095", f"http://127.0.0.1:{sink_port}")
+        (work / "alertmanager.yml").write_text(am_config)
+        am_log = work / "alertmanager.log"
+        procs.append(_start([_which("prometheus-alertmanager", "alertmanager"),
+                             f"--config.file={work / 'alertmanager.yml'}",
+                             f"--storage.path={work / 'am-data'}",
+                             f"--web.listen-address=127.0.0.1:{am_port}",
+                             "--cluster.listen-address="], am_log))
+        _ready(f"http://127.0.0.1:{am_port}/-/ready", procs[-1], am_log)
+        (work / "prometheus.yml").write_text(yaml.safe_dump(
+            _prometheus_config(hosts, am_port, prom_port), sort_keys=False))
+        prom_log = work / "prometheus.log"
+        procs.append(_start([_which("prometheus"), f"--config.file={work / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={work / 'prom-data'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"], prom_log))
+        _ready(f"http://127.0.0.1:{prom_port}/-/ready", procs[-1], prom_log)
+
+        def last_clear(h: Host) -> float:
+            ends = [t.end for t in scenarios.load(h.scenario).truth
+                    if t.cls in detection.CLASS_ALERT and t.end < scenarios.load(
+                        h.scenario).duration]
+            return h.wall(max(ends)) if ends else 0.0
+        until = max(max(last_clear(h) for h in hosts),
+                    max(h.wall(max(t.start for t in scenarios.load(h.scenario).truth))
+                        for h in hosts) + 2 * detection.NOTIFY_WITHIN_SECONDS) + AFTER_CLEAR
+        while time.time() < until:
+            for p in procs:
+                assert p.poll() is None, f"a component exited: {p.args[:2]}"
+            time.sleep(5)
+        entries = [json.loads(line) for line in (work / "alerts.jsonl").read_text().splitlines()]
+        yield hosts, entries
+    finally:
+        for p in reversed(procs):
+            stop_process(p)
+
+
+def measure(h: Host, entries: list[dict]) -> list[dict]:
+    """One row per fault window of the host's scenario (one row for a quiet scenario)."""
+    mine = [e for e in entries if e["labels"].get("alertname") != "Watchdog"
+            and (e["labels"].get("instance") in (h.instance, h.exporter)
+                 or e["labels"].get("host") == h.exporter)]
+    sc = scenarios.load(h.scenario)
+    windows = [t for t in sc.truth if t.cls in detection.CLASS_ALERT]
+    firing = {e["notification"] for e in mine if e["status"] == "firing"}
+    resolved = {e["notification"] for e in mine} - firing
+    base = {"scenario": h.scenario, "notifications": len(firing), "resolved": len(resolved),
+            "groups": len({e["group"] for e in mine}),
+            "alerts": sorted({e["labels"]["alertname"] for e in mine})}
+    if not windows:
+        return [{**base, "class": "quiet", "expected": None}]
+    rows = []
+    for i, t in enumerate(windows):
+        alert = detection.CLASS_ALERT[t.cls]
+        onset, clear = h.wall(t.start), h.wall(t.end)
+        following = windows[i + 1].start if i + 1 < len(windows) else float("inf")
+        first = min((e["time"] for e in mine if e["labels"]["alertname"] == alert
+                     and e["status"] == "firing" and e["time"] >= onset - 60
+                     and e["time"] < h.wall(following)), default=None)
+        done = None
+        if t.end < sc.duration:
+            done = min((e["time"] for e in mine if e["labels"]["alertname"] == alert
+                        and e["status"] == "resolved" and e["time"] >= clear), default=None)
+        rows.append({**base, "class": t.cls, "expected": alert, "onset": t.start,
+                     "clear": t.end if t.end < sc.duration else None,
+                     "onset_to_notification": None if first is None else round(first - onset),
+                     "clear_to_resolved": None if done is None else round(done - clear)})
+    return rows
+
+
+def test_alert_timing_end_to_end(run):
+    hosts, entries = run
+    rows = [row for h in hosts for row in measure(h, entries)]
+    problems = []
+    for row in rows:
+        if row["expected"] is None:
+            if row["notifications"]:
+                problems.append(f"{row['scenario']}: {row['notifications']} notifications on a "
+                                f"quiet scenario ({row['alerts']})")
+            continue
+        onset = row["onset_to_notification"]
+        if onset is None or onset > detection.NOTIFY_WITHIN_SECONDS:
+            problems.append(f"{row['scenario']} {row['class']}: first notification {onset} s")
+        if row["clear"] is not None and (row["clear_to_resolved"] is None or
+                                         row["clear_to_resolved"]
+                                         > detection.RESOLVE_WITHIN_SECONDS):
+            problems.append(f"{row['scenario']} {row['class']}: resolved "
+                            f"{row['clear_to_resolved']} s after the clear")
+    incidents = {h.scenario: sum(1 for t in scenarios.load(h.scenario).truth
+                                 if t.cls in detection.CLASS_ALERT) for h in hosts}
+    for row in rows:  # one notification per incident, plus an update when the class changes
+        if row["expected"] and row["notifications"] > incidents[row["scenario"]]:
+            problems.append(f"{row['scenario']}: {row['notifications']} notifications for "
+                            f"{incidents[row['scenario']]} fault windows ({row['alerts']})")
+    record = {
+        "command": "SGLANG_OBS_RECORD_E2E=1 pytest tests/test_alert_timing.py",
+        "date": datetime.date.today().isoformat(),
+        "setup": (f"{len(hosts)} simulated hosts, Prometheus "
+                  f"{_version('prometheus')}, Alertmanager "
+                  f"{_version(_which('prometheus-alertmanager', 'alertmanager'))}, "
+                  "prometheus.yml and alertmanager.yml as shipped."),
+        "scenarios": rows,
+    }
+    out = Path(os.environ.get("SGLANG_OBS_E2E_OUT", "")) if os.environ.get(
+        "SGLANG_OBS_E2E_OUT") else None
+    if out:
+        out.write_text(json.dumps(record, indent=1) + "\n")
+    if os.environ.get("SGLANG_OBS_RECORD_E2E") == "1":
+        detection.E2E_RESULTS.write_text(json.dumps(record, indent=1) + "\n")
+    assert not problems, "\n".join(problems) + "\n" + json.dumps(rows, indent=1)
+    recorded = detection.load_e2e()
+    assert recorded, "docs/detection-e2e.json missing: run with SGLANG_OBS_RECORD_E2E=1"
+    drift = []
+    for old, new in zip(recorded["scenarios"], rows, strict=True):
+        for key in ("scenario", "class", "notifications", "resolved"):
+            if old[key] != new[key]:
+                drift.append(f"{new['scenario']} {new['class']}: {key} {old[key]} -> {new[key]}")
+        for key in ("onset_to_notification", "clear_to_resolved"):
+            if (old.get(key) is None) != (new.get(key) is None) or (
+                    old.get(key) is not None and abs(old[key] - new[key]) > TOLERANCE):
+                drift.append(f"{new['scenario']} {new['class']}: {key} {old.get(key)} -> "
+                             f"{new.get(key)}")
+    assert not drift, "docs/detection.md quotes another run (rerun with SGLANG_OBS_RECORD_E2E=1 "\
+        "and make generate):\n" + "\n".join(drift)
+
+
+def _version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    out = out or subprocess.run([binary, "--version"], capture_output=True, text=True).stderr
+    return out.split("version ", 1)[-1].split()[0] if "version " in out else "?"
