@@ -332,12 +332,13 @@ def availability_alerts(t: dict) -> tuple[Alert, ...]:
             "SGLangServerDown",
             f"""
 max by (instance, host) (sglang_obs_up{{{e}}}) == 0
-or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)""",  # noqa: E501
+or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}))""",  # noqa: E501
             "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
             "the exporter still reaches the API, is SGLangMetricsMissing, not this. `host` (the "
-            "exporter's) lets a lost GPU of the same host inhibit it.",
+            "exporter's) lets a lost GPU of the same host inhibit it. Prometheus's scrape decides "
+            "only for a server no exporter watches: one alert per server, with its host.",
             severity="critical", for_="30s", summary="SGLang server is not answering.",
-            description="{{ $labels.instance }} has not answered for 30 seconds (state "
+            description="{{ $labels.instance }} has not answered for {for} (state "
                         "unavailable): requests to it fail.",
             fires_when="the exporter's poll gets no answer from any endpoint "
                        f"(`sglang_obs_up == 0`), or Prometheus cannot scrape the server "
@@ -393,7 +394,7 @@ or (max by (instance) (up{{{s}}}) == 1
             "A collector raised while rendering: its series are missing from every scrape.",
             severity="warning", for_="5m", summary="An exporter collector is failing.",
             description="Collector {{ $labels.collector }} on {{ $labels.instance }} has failed "
-                        "for 5 minutes; its series are missing.",
+                        "for {for}; its series are missing.",
             fires_when="a collector raised while rendering "
                        "(`sglang_obs_collector_success{collector=\"…\"} == 0`)"),
         Alert(
@@ -611,14 +612,16 @@ def gpu_alerts(t: dict) -> tuple[Alert, ...]:
         Alert(
             "GPULost",
             f"""
-sglang_obs_gpu_device_up{{{e}}} == 0
-or on (instance) (max by (instance, host) (sglang_obs_gpu_collector_up{{{e}}}) == 0
+max_over_time(sglang_obs_gpu_device_up{{{e}}}[15s]) == 0
+or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collector_up{{{e}}}[30s])) == 0
     and on (instance) max by (instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
             "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also "
-            "a host whose NVML stopped working after it had GPUs in the last hour. Its sustain "
-            "is shorter than SGLangServerDown's, so that it reaches Alertmanager first and "
-            "inhibits the down server it explains.",
-            severity="critical", for_="15s", summary="A GPU is lost.",
+            "a host whose NVML stopped working after it had GPUs in the last hour. Windows "
+            "(every read in the last 15 s, 30 s for the whole collector) instead of a for: "
+            "reject one missed read and fire at the first evaluation after, so the alert reaches "
+            "Alertmanager before SGLangServerDown and GPUXidCritical (longer sustains) and "
+            "inhibits the down server and the Xid it explains.",
+            severity="critical", for_="0m", summary="A GPU is lost.",
             description="GPU {{ with $labels.gpu }}{{ . }}{{ else }}(all){{ end }} on "
                         "{{ $labels.instance }} no longer answers NVML.", dashboard="sglang-gpus",
             fires_when="NVML no longer reaches the GPU (`sglang_obs_gpu_device_up == 0`), or the "
@@ -629,8 +632,9 @@ or on (instance) (max by (instance, host) (sglang_obs_gpu_collector_up{{{e}}}) =
             f"time() - sglang_obs_gpu_xid_last_timestamp_seconds{{{e}, xid=~\"{xids}\"}}"
             f" < {window}",
             "Xid codes that mean hardware or driver failure; on the timestamp, since increase() "
-            "misses the first event of a new series.",
-            severity="critical", for_="0m", summary="A GPU reported a critical Xid error.",
+            "misses the first event of a new series. The event arrives before NVML's next "
+            "sample shows a lost GPU: the sustain lets GPULost come first and inhibit it.",
+            severity="critical", for_="45s", summary="A GPU reported a critical Xid error.",
             description="GPU {{ $labels.gpu }} on {{ $labels.instance }} reported Xid "
                         "{{ $labels.xid }} {{ $value | humanizeDuration }} ago.",
             dashboard="sglang-gpus",
@@ -666,7 +670,7 @@ or on (instance) (max by (instance, host) (sglang_obs_gpu_collector_up{{{e}}}) =
             "Clocks held down by heat or a power brake: everything on this GPU runs slower.",
             severity="warning", for_="5m", summary="A GPU is throttling.",
             description="GPU {{ $labels.gpu }} on {{ $labels.instance }} has been slowed by a "
-                        "thermal or power event for 5 minutes.", dashboard="sglang-gpus",
+                        "thermal or power event for {for}.", dashboard="sglang-gpus",
             fires_when="one of these clock-event reasons is active: "
                        f"`sglang_obs_gpu_clock_event_active{{reason=~\"{reasons}\"}} == 1`"),
         Alert(
@@ -728,6 +732,12 @@ def runbook_anchor(alert_name: str) -> str:
     return alert_name.lower()
 
 
+def duration_words(duration: str) -> str:
+    """"30s" -> "30 seconds": a description that names its own for: reads it from the rule."""
+    number, unit = int(duration[:-1]), {"s": "second", "m": "minute", "h": "hour"}[duration[-1]]
+    return f"{number} {unit}{'s' if number != 1 else ''}"
+
+
 def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
     """A rule as Prometheus reads it; thresholds give the alerts' runbook and dashboard links."""
     if isinstance(rule, Record):
@@ -738,7 +748,7 @@ def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
         "labels": {"severity": rule.severity, **dict(rule.labels)},
         "annotations": {
             "summary": rule.summary,
-            "description": rule.description,
+            "description": rule.description.replace("{for}", duration_words(rule.for_)),
             "runbook_url": f"{t['runbook_base']}#{runbook_anchor(rule.name)}",
             "dashboard": f"{t['dashboard_base']}/{rule.dashboard}",
         },
