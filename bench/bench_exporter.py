@@ -141,7 +141,8 @@ FLOOR_NAMES = {prefix + exposed: bare
 def floor_scan(text: str) -> dict:
     """The wanted values of a text-format body: max within a DP rank (over tp/pp/ep ranks and
     pids), summed over DP ranks for additive gauges, max over all for ratios, summed over label
-    sets for tokenizer counters; `priority=""` only; NaN skipped; plus the sample count, the name spelling and the model name."""
+    sets for tokenizer counters; `priority=""` only; NaN skipped; plus the sample count, the
+    name spelling and the model name."""
     groups: dict[str, dict[tuple[str, str], float]] = {}
     model_name = ""
     count = colon = underscore = 0
