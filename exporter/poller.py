@@ -106,6 +106,7 @@ class TargetPoller:
         # Given (cycle start, snapshot) after each poll cycle, in the poll thread: the glance
         # page's history (status.py) is fed here, never on the scrape path.
         self._on_poll = on_poll
+        self._on_poll_failed = False
         self._queue = QueueRunTracker()
         # (endpoint, reason) -> failures, from the first one: no rule needs a zero before it
         self._errors: dict[tuple[str, str], int] = {}
@@ -188,7 +189,14 @@ class TargetPoller:
             )
             snapshot = self.snapshot
         if self._on_poll is not None:
-            self._on_poll(started, snapshot)
+            try:
+                self._on_poll(started, snapshot)
+            except Exception:  # noqa: BLE001 - the page's history must not cost the metrics
+                if not self._on_poll_failed:
+                    log.exception("%s: the glance page's history failed to take this poll "
+                                  "(the metrics are not affected; later failures are not "
+                                  "logged)", self.server)
+                self._on_poll_failed = True
         self._on_change()
         return snapshot
 

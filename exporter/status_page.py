@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import math
 import threading
 import time
@@ -34,6 +35,8 @@ from sglang_obs.exporter.status import (
     speed,
 )
 from sglang_obs.states import STATE_COLOURS
+
+log = logging.getLogger(__name__)
 
 NOT_REPORTED = "not reported by this release"
 CACHE_SECONDS = 1.0  # the status is computed at most this often, however many pages are open
@@ -521,10 +524,16 @@ class GlancePages:
             return self._bodies[kind]
 
     def answer(self, path: str) -> tuple[str, list[tuple[str, str]], bytes] | None:
-        if path == "/":
-            return self._ok("text/html; charset=utf-8", self._body("page"))
-        if path == "/api/v1/status":
-            return self._ok("application/json", self._body("json"))
+        if path in ("/", "/api/v1/status"):
+            try:
+                body = self._body("page" if path == "/" else "json")
+            except Exception:  # noqa: BLE001 - a bug here costs the page, never the exporter
+                log.exception("the glance page failed")
+                return ("500 Internal Server Error",
+                        [("Content-Type", "text/plain; charset=utf-8"), *SECURITY_HEADERS],
+                        b"The status could not be computed; /metrics is not affected.\n")
+            return self._ok("text/html; charset=utf-8" if path == "/" else "application/json",
+                            body)
         if path == "/glance.css":
             return self._ok("text/css; charset=utf-8", self._css, cache=True)
         if path == "/glance.js":

@@ -41,6 +41,8 @@ from sglang_obs.simulator.render import in_process_fetcher
 from sglang_obs.simulator.server import make_app as sim_app
 from sglang_obs.simulator.simulation import Simulation
 
+from fake_sglang import Route
+
 ROOT = Path(__file__).resolve().parent.parent
 MARKUP = "<script>alert(1)</script>"
 C = load_classification()
@@ -380,3 +382,31 @@ def test_the_collector_exposition_is_unchanged_by_the_page_fields():
     registry.register(GuardedCollector([SGLangCollector([poller])]))
     names = {m.name for m in registry.collect()}
     assert not any("prompt" in n for n in names)
+
+
+def test_a_failing_history_costs_neither_the_poll_nor_the_metrics(fake_sglang):
+    # Prepare: a history that raises on every poll
+    server = fake_sglang({"/metrics": Route(b"sglang:num_running_reqs 3.0\n")})
+    changed = []
+
+    def broken(t, snap):
+        raise RuntimeError("bug")
+
+    poller = TargetPoller(server.url, PollSettings(timeout=1.0), on_poll=broken,
+                          on_change=lambda: changed.append(1))
+    # Act
+    first, second = poller.poll_once(), poller.poll_once()
+    # Check
+    assert first.up
+    assert second.up
+    assert changed == [1, 1]  # the exposition is still told of each new snapshot
+
+
+def test_a_failing_status_answers_500_for_the_page_only(glance):
+    port, board, _ = glance
+    tracker = board.add("s:1")
+    tracker.observe(0.0, snapshot())
+    tracker.signals = lambda: 1 / 0
+    assert get(port, "/")[0].status == 500
+    assert get(port, "/api/v1/status")[0].status == 500
+    assert get(port, "/metrics")[0].status == 200
