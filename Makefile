@@ -25,6 +25,7 @@ bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py
 	$(PY) bench/bench_log.py
 	$(PY) bench/bench_gpu.py
+	$(PY) bench/bench_status_page.py --rounds 5 --scrapes 20
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

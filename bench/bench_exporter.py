@@ -74,8 +74,10 @@ from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
 from sglang_obs.exporter.sglang_api import parse_loads  # noqa: E402
 from sglang_obs.exporter.sglang_exposition import (  # noqa: E402
     ADDITIVE,
+    MAXIMUM,
     RENAMES,
     SCHEDULER_PRESENCE,
+    SUMMED,
     WANTED,
     parse_exposition,
 )
@@ -138,8 +140,9 @@ FLOOR_NAMES = {prefix + exposed: bare
 
 def floor_scan(text: str) -> dict:
     """The wanted values of a text-format body: max within a DP rank (over tp/pp/ep ranks and
-    pids), summed over DP ranks for additive gauges, max over all for ratios; `priority=""` only;
-    NaN skipped; plus the sample count, the name spelling and the model name."""
+    pids), summed over DP ranks for additive gauges, max over all for ratios, summed over label
+    sets for tokenizer counters; `priority=""` only; NaN skipped; plus the sample count, the
+    name spelling and the model name."""
     groups: dict[str, dict[tuple[str, str], float]] = {}
     model_name = ""
     count = colon = underscore = 0
@@ -170,12 +173,15 @@ def floor_scan(text: str) -> dict:
         model = labels.get("model_name", '""')[1:-1]
         if model and not model_name and bare in SCHEDULER_PRESENCE:
             model_name = model
-        key = (model, labels.get("dp_rank", "") if bare in ADDITIVE else "")
+        if bare in SUMMED:
+            key = tuple(sorted(labels.items()))
+        else:
+            key = (model, labels.get("dp_rank", "") if bare in ADDITIVE else "")
         group = groups.setdefault(bare, {})
         old = group.get(key)
         if old is None or v > old:
             group[key] = v
-    values = {bare: sum(g.values()) if bare in ADDITIVE else max(g.values())
+    values = {bare: max(g.values()) if bare in MAXIMUM else sum(g.values())
               for bare, g in groups.items()}
     return {"values": values, "model_name": model_name, "sample_count": count,
             "spelling": ("none", "colon", "underscore", "mixed")[colon | underscore]}

@@ -33,6 +33,8 @@ from sglang_obs.exporter.nvml import NvmlBackend
 from sglang_obs.exporter.periodic import Periodic
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.process_match import ProcessServers
+from sglang_obs.exporter.status import StatusBoard, ThresholdsError, load_classification
+from sglang_obs.exporter.status_page import GlancePages
 from sglang_obs.exporter.targets import base_url, server_label
 from sglang_obs.exporter.web import Exposition, make_app, parse_listen_address, serve
 from sglang_obs.exporter.xid import XidWatcher
@@ -211,8 +213,17 @@ def build_parser() -> _Parser:
     parser.flag("--collector.nvml.simulator-feed", type=url,
                 help="Demo only: read simulated GPUs from `sglang-sim --gpu-feed` at this URL "
                 "(e.g. http://sglang-sim:30000/sim/gpu). Refused when a real GPU answers NVML.")
+    parser.flag("--web.glance.thresholds-file",
+                help="The thresholds.yml whose classification: section the glance page's verdict "
+                "uses, the one the recording rules were generated from. Default: "
+                "$SGLANG_OBS_CONFIG_DIR/prometheus/thresholds.yml, else the checkout's, else "
+                "the copy installed with the package.")
     parser.flag("--log.level", type=str.lower, default="info",
                 help="Log level: debug, info, warn or error.")
+    parser.toggle("--web.glance", default=True,
+                  help="Serve the glance page at / (every server's state in plain words, live, "
+                  "from the exporter's own polls) and its JSON at /api/v1/status; off: a plain "
+                  "landing page.")
     parser.toggle("--collector.sglang", default=True,
                   help="Poll the SGLang servers given by --sglang.url.")
     parser.toggle("--collector.nvml", default=True,
@@ -242,6 +253,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--log.level: unknown level {args.log_level!r}")
     if not args.web_telemetry_path.startswith("/") or args.web_telemetry_path == "/":
         parser.error("--web.telemetry-path must start with / and not be / (the landing page)")
+    args.classification = None
+    if args.web_glance:
+        try:
+            args.classification = load_classification(args.web_glance_thresholds_file)
+        except (ThresholdsError, RuntimeError) as err:  # config_dir.ConfigDirError
+            parser.error(f"--web.glance.thresholds-file: {err}")
     if args.collector_sglang and not args.sglang_url:
         parser.error("give at least one --sglang.url (or SGLANG_OBS_SGLANG_URL), "
                      "or turn the SGLang collector off with --no-collector.sglang")
@@ -337,9 +354,17 @@ def main(argv: list[str] | None = None) -> int:
                  for target, _ in args.sglang_log_file + args.sglang_log_container}
     for stats in log_stats.values():
         stats.subscribe(changed)
-    pollers = ([TargetPoller(u, settings, log_stats=log_stats.get(server_label(u)),
-                             on_change=changed)
-                for u in args.sglang_url] if args.collector_sglang else [])
+    board = (StatusBoard(args.classification, settings.interval)
+             if args.classification is not None else None)
+    pollers = []
+    for u in args.sglang_url if args.collector_sglang else []:
+        tracker = board.add(server_label(u)) if board is not None else None
+        poller = TargetPoller(u, settings, log_stats=log_stats.get(server_label(u)),
+                              on_change=changed,
+                              on_poll=tracker.observe if tracker is not None else None)
+        if tracker is not None:
+            tracker.follow(lambda p=poller: p.snapshot)
+        pollers.append(poller)
     collectors: list = [SGLangCollector(pollers)] if args.collector_sglang else []
     threads: list = []
     log_sources: list = []
@@ -375,9 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         if sampler is not None:
             collectors.append(GpuCollector(sampler))
             threads.append(sampler)
+            if board is not None:
+                board.set_gpus(lambda: sampler.reading)
 
     registry.register(GuardedCollector(collectors))
-    app = make_app(exposition, args.web_telemetry_path, [p.base_url for p in pollers])
+    targets = [p.base_url for p in pollers]
+    glance = (GlancePages(board, args.web_telemetry_path, targets) if board is not None
+              else None)
+    app = make_app(exposition, args.web_telemetry_path, targets, glance)
     try:
         server = serve(app, args.web_listen_address)
     except OSError as err:

@@ -78,6 +78,9 @@ class Snapshot:
     derived: Derived | None = None  # None while the server is unreachable
     config: ServerConfig | None = None  # last known; kept while the server is down
     queue_run: QueueRunState | None = None
+    # This cycle's aggregated /metrics values (sglang_exposition.WANTED), {} when /metrics gave
+    # none: the counters and queues the glance page (status.py) reads besides `derived`.
+    native_values: Mapping[str, float] = field(default_factory=dict)
 
 
 class TargetPoller:
@@ -90,6 +93,7 @@ class TargetPoller:
         fetcher: Callable[..., Response] = fetch,
         log_stats: LogStats | None = None,
         on_change: Callable[[], None] = lambda: None,
+        on_poll: Callable[[float, Snapshot], None] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.server = server_label(self.base_url)
@@ -99,6 +103,10 @@ class TargetPoller:
         self._fetch = fetcher  # the simulator's renderer polls it in-process, in simulated time
         self.log_stats = log_stats  # the server's scheduler log, where one is followed
         self._on_change = on_change  # told after each new snapshot (the exposition re-renders)
+        # Given (cycle start, snapshot) after each poll cycle, in the poll thread: the glance
+        # page's history (status.py) is fed here, never on the scrape path.
+        self._on_poll = on_poll
+        self._on_poll_failed = False
         self._queue = QueueRunTracker()
         # (endpoint, reason) -> failures, from the first one: no rule needs a zero before it
         self._errors: dict[tuple[str, str], int] = {}
@@ -177,8 +185,18 @@ class TargetPoller:
                 derived=derived,
                 config=self._config,
                 queue_run=self._queue.state(),
+                native_values=native.values if native else {},
             )
             snapshot = self.snapshot
+        if self._on_poll is not None:
+            try:
+                self._on_poll(started, snapshot)
+            except Exception:  # noqa: BLE001 - the page's history must not cost the metrics
+                if not self._on_poll_failed:
+                    log.exception("%s: the glance page's history failed to take this poll "
+                                  "(the metrics are not affected; later failures are not "
+                                  "logged)", self.server)
+                self._on_poll_failed = True
         self._on_change()
         return snapshot
 

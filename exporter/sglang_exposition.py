@@ -6,7 +6,8 @@ Three traps handled here, all described in the SGLang reference:
 - renames across releases: old exposed names map to the current one (RENAMES).
 - ranks: scheduler series repeat per tp/pp/ep rank (and constants on every rank) and split per
   dp_rank; `pid`-labelled gauges repeat per process. Load is max within a DP rank, summed over DP
-  ranks; ratios are the worst (max) rank. Priority-split series keep only the total (`priority=""`).
+  ranks; ratios are the worst (max) rank; tokenizer counters are summed over their label sets
+  (is_streaming, cache_source). Priority-split series keep only the total (`priority=""`).
 
 The body is read by a targeted line scan, not a full parser: a real 0.5.23 answer has ~1,000
 sample lines (histogram buckets mostly) of which about forty are kept. Every non-comment line is
@@ -54,12 +55,35 @@ ADDITIVE = frozenset(
         "num_paused_reqs",
         "num_prefill_bootstrap_queue_reqs",
         "num_prefill_inflight_queue_reqs",
+        # for the glance page (exporter/status.py): requests elsewhere than queue and batch,
+        "num_grammar_queue_reqs",
+        "num_decode_prealloc_queue_reqs",
+        "num_decode_transfer_queue_reqs",
+        # retractions (the recording rules' KV-capacity condition), the queue-time histogram
+        "num_retracted_requests_total",
+        "queue_time_seconds_sum",
+        "queue_time_seconds_count",
     }
 )
 # Per-DP ratios and per-server constants: the worst / largest value over every rank.
 MAXIMUM = frozenset({"token_usage", "context_len"})
+# Tokenizer counters and latency sums (one process, no rank labels, split by is_streaming,
+# cache_source, engine_type): max over repeats of one label set, summed over label sets. Only the
+# glance page reads them (cumulative tokens, requests finished, average TTFT and request time).
+SUMMED = frozenset(
+    {
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "cached_tokens_total",
+        "num_requests_total",
+        "time_to_first_token_seconds_sum",
+        "time_to_first_token_seconds_count",
+        "e2e_request_latency_seconds_sum",
+        "e2e_request_latency_seconds_count",
+    }
+)
 
-WANTED = ADDITIVE | MAXIMUM
+WANTED = ADDITIVE | MAXIMUM | SUMMED
 # Scheduler gauges that every SGLang release with --enable-metrics exposes once it has reported.
 SCHEDULER_PRESENCE = ("num_running_reqs", "num_queue_reqs")
 # Work bounds per answer (see the module docstring).
@@ -308,11 +332,15 @@ def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:
         model = _unescape(labels.get("model_name", ""))
         if model and not out.model_name and bare in SCHEDULER_PRESENCE:
             out.model_name = model
-        key = (model, _unescape(labels.get("dp_rank", "")) if bare in ADDITIVE else "")
+        if bare in SUMMED:
+            key = tuple(sorted(labels.items()))
+        else:
+            key = (model, _unescape(labels.get("dp_rank", "")) if bare in ADDITIVE else "")
         groups = per_dp.setdefault(bare, {})
         groups[key] = max(value, groups.get(key, -math.inf))
     for bare, groups in per_dp.items():
-        out.values[bare] = sum(groups.values()) if bare in ADDITIVE else max(groups.values())
+        out.values[bare] = (max(groups.values()) if bare in MAXIMUM
+                            else sum(groups.values()))
     return out
 
 def _read_line(line: str) -> tuple[str, dict[str, str], float] | None:

@@ -1,4 +1,5 @@
-"""HTTP side: a landing page at /, the exposition at the telemetry path, and /sd/sglang.
+"""HTTP side: the glance page at / (or a plain landing page), the exposition at the telemetry
+path, and /sd/sglang.
 
 The exposition is rendered once per change of what it shows, not once per scrape: sources call
 `Exposition.changed()` after each cycle, and the next scrape renders the families once and keeps
@@ -7,7 +8,9 @@ scrapes of the same state then cost a memory copy, and no scrape waits for a pol
 runs a bounded pool of workers behind a listen backlog of 128, with a per-connection timeout.
 /sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format (built in
 targets.py), so the `sglang` scrape job targets exactly the servers the exporter polls: the URLs
-are configured once.
+are configured once. The glance page's routes (/, /api/v1/status and its stylesheet and script)
+are answered by exporter/status_page.py, on request, from the pollers' history: nothing of it
+runs on the scrape path.
 """
 
 from __future__ import annotations
@@ -118,7 +121,9 @@ def negotiate(accept: str, accept_encoding: str) -> tuple[bool, bool]:
     return openmetrics, gzipped
 
 
-def make_app(exposition: Exposition, telemetry_path: str, targets: list[str]):
+def make_app(exposition: Exposition, telemetry_path: str, targets: list[str], glance=None):
+    """The WSGI app. `glance`: a status_page.GlancePages answering its own paths (/ among them);
+    without it / is the plain landing page."""
     page = LANDING.format(
         version=html.escape(__version__),
         path=html.escape(telemetry_path),
@@ -146,6 +151,9 @@ def make_app(exposition: Exposition, telemetry_path: str, targets: list[str]):
         elif path == "/sd/sglang":
             status, body = "200 OK", sd
             headers.append(("Content-Type", "application/json"))
+        elif glance is not None and (answer := glance.answer(path)) is not None:
+            status, glance_headers, body = answer
+            headers.extend(glance_headers)
         elif path == "/":
             status, body = "200 OK", page
             headers.append(("Content-Type", "text/html; charset=utf-8"))

@@ -144,9 +144,13 @@ class _SimContainer:
 
 def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
            step: float = 15.0, poll_interval: float = 5.0, instance: str = "sglang:30000",
-           on_event=None) -> Rendered:
+           on_event=None, on_poll=None, on_scrape=None) -> Rendered:
     """Every series the stack would store: SGLang's own, and the exporter's with all its
-    sources — polls, the scheduler log, the container, and the scenario's GPUs."""
+    sources — polls, the scheduler log, the container, and the scenario's GPUs.
+
+    `on_poll(t, snapshot)` is given each poll cycle as the poller gives it to the glance page
+    (exporter.status); `on_scrape(index, gpus)` is called at each scrape step, after the GPUs
+    were sampled (`gpus`: the GpuSampler)."""
     tp, dp = scenario.server.tp_size, scenario.server.dp_size
     sim_log = _SimLog(instance, profile(release or scenario.release).release, tp, dp)
 
@@ -162,7 +166,7 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
         f"http://{instance}", PollSettings(interval=poll_interval),
         clock=lambda: sim.t, wall_clock=lambda: start + sim.t,
         fetcher=in_process_fetcher(app, lock, lambda: sim.up),
-        log_stats=sim_log.stats)
+        log_stats=sim_log.stats, on_poll=on_poll)
     nvml = FeedNvml(lambda: [r.__dict__ for r in sim.gpu_readings()])
     xids, xid_events = XidWatcher(nvml), nvml.nvmlEventSetCreate()
     gpus = GpuSampler(NvmlBackend(nvml), xids)
@@ -188,6 +192,8 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
             _deliver_xids(nvml, xid_events, xids)
             _collect_native(sim, app, out, index, instance)
             _collect_exporter(exporter, out, index)
+            if on_scrape is not None:
+                on_scrape(index, gpus)
     return out
 
 

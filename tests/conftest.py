@@ -24,12 +24,13 @@ def pytest_addoption(parser):
                      help="rewrite golden files instead of comparing against them")
 
 
-def require_binary(name: str) -> str:
-    """Path of a real Prometheus tool; skip locally when absent, fail under CI=true."""
+def require_binary(name: str, package: str = "prometheus prometheus-alertmanager") -> str:
+    """Path of a real tool (Prometheus's, Chromium); skip locally when absent, fail under
+    CI=true."""
     path = shutil.which(name)
     if path:
         return path
-    message = f"{name} not installed (apt-get install prometheus prometheus-alertmanager)"
+    message = f"{name} not installed (apt-get install {package})"
     if os.environ.get("CI") == "true":
         pytest.fail(message + ": CI must install it")
     pytest.skip(message)

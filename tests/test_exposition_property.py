@@ -17,8 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_obs.exporter.sglang_exposition import (
     ADDITIVE,
     COLON_PREFIX,
+    MAXIMUM,
     RENAMES,
     SCHEDULER_PRESENCE,
+    SUMMED,
     UNDERSCORE_PREFIX,
     WANTED,
     ExpositionError,
@@ -84,13 +86,16 @@ def _reference_aggregate(samples):
         model = labels.get("model_name", "")
         if model and not out.model_name and bare in SCHEDULER_PRESENCE:
             out.model_name = model
-        key = (model, labels.get("dp_rank", "") if bare in ADDITIVE else "")
+        if bare in SUMMED:  # tokenizer counters: summed over label sets
+            key = tuple(sorted(labels.items()))
+        else:
+            key = (model, labels.get("dp_rank", "") if bare in ADDITIVE else "")
         groups = per_dp.setdefault(bare, {})
         groups[key] = max(value, groups.get(key, -math.inf))
     if out.sample_count == 0:
         raise ExpositionError("no samples in the body")
     for bare, groups in per_dp.items():
-        out.values[bare] = sum(groups.values()) if bare in ADDITIVE else max(groups.values())
+        out.values[bare] = max(groups.values()) if bare in MAXIMUM else sum(groups.values())
     out.spelling = (
         "mixed" if len(spellings) > 1 else next(iter(spellings)) if spellings else "none"
     )

@@ -1,0 +1,737 @@
+"""The glance page's model: each server's state in plain words, from the poller's snapshots.
+
+Fed by the poller after every poll cycle (`ServerTracker.observe`, in the poll thread) and read
+by the HTTP worker that serves `/` or `/api/v1/status` (`StatusBoard.status`): nothing here runs
+on the /metrics scrape path, and nothing is written to disk.
+
+**One classification.** The verdict is the recording rules' `instance:sglang_state:code`
+(sglang_obs/generate/rules.py `state_classes`): the same thresholds, read as data from the
+`classification:` section of prometheus/thresholds.yml, and the same conditions in the same
+priority order — unavailable, kv_capacity, prefill_backlog, decode_contention,
+scheduling_bottleneck, idle, healthy. A value the exporter does not have makes its condition
+false, as an absent series does in PromQL. The rules' two 1 h baselines (the p90 of decode speed
+per request, the average running batch) are kept here as Prometheus keeps the recorded series:
+one sample every BASELINE_STEP seconds (the shipped evaluation interval), an hour of them,
+the current value included. Retractions "in the last 5 minutes" are the rules' `increase()`
+over SGLang's counter, including its first appearance with a value (a series born counting).
+tests/test_status_agreement.py checks the verdict against promtool's evaluation of the shipped
+rules over every simulated scenario.
+
+**Bounded memory.** Per server three fixed-size rings of floats (`array('d')`): the baseline
+(241 samples × 3), the 30-minute trend (180 slots of TREND_SLOT seconds × 10 fields) and the last
+minute at poll resolution. bench/bench_status_page.py measures the bytes per server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sglang_obs import __version__, config_dir
+from sglang_obs.exporter.poller import Snapshot
+from sglang_obs.states import STATE_COLOURS, STATES
+
+log = logging.getLogger(__name__)
+
+BASELINE_WINDOW = 3600.0  # the rules' [1h]
+BASELINE_STEP = 15.0  # prometheus/prometheus.yml evaluation_interval: one recorded sample each
+RETRACTION_WINDOW = 300.0  # the rules' increase5m
+TREND_WINDOW = 1800.0  # the sparklines: the last 30 minutes
+TREND_SLOT = 10.0  # seconds per sparkline point (180 points)
+MINUTE = 60.0  # "in the last minute"
+# The reading patterns' GPU thresholds (seed 000 §8); the page's own, not the rules'.
+GPU_BUSY_RATIO = 0.8
+GPU_IDLE_RATIO = 0.1
+GPU_MEMORY_FULL_RATIO = 0.8
+QUEUE_GROWING_SECONDS = 10.0  # "queue growing": non-empty this long and longer than a minute ago
+
+STATE_LABELS = {"unavailable": "Unavailable", "idle": "Idle", "healthy": "Healthy",
+                "prefill_backlog": "Prefill backlog", "decode_contention": "Decode contention",
+                "kv_capacity": "KV capacity", "scheduling_bottleneck": "Scheduling bottleneck"}
+PATTERNS = {
+    "gpu_busy_backlog_growing": "GPU utilisation high and prompt tokens waiting for prefill "
+                                "growing: input compute backlog.",
+    "queue_growing_kv_low": "Queue growing while the KV cache is not full: a compute or "
+                            "scheduling limit, not capacity exhausted.",
+    "running_at_limit_speed_falling": "Running at the limit and generation speed falling: "
+                                      "decode contention.",
+    "memory_full_gpu_idle": "GPU memory full but GPU idle: static preallocation (weights, KV "
+                            "pool, CUDA graphs), not load.",
+}
+
+
+# -- the thresholds ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Classification:
+    """prometheus/thresholds.yml `classification:`, the numbers the rules were generated from."""
+
+    prefill_backlog_tokens: float
+    kv_occupancy_ratio: float
+    decode_speed_collapse_ratio: float
+    decode_speed_drop_ratio: float
+    min_kv_for_contention: float
+    running_ratio_at_limit: float
+    running_growth_factor: float
+    min_running_for_contention: float
+    scheduling_queue_seconds: float
+    scheduling_kv_ratio_below: float
+
+
+class ThresholdsError(ValueError):
+    """The thresholds file is unreadable or its classification: section is incomplete."""
+
+
+def default_thresholds_file() -> Path:
+    """The thresholds.yml the shipped rules come from: $SGLANG_OBS_CONFIG_DIR, else the
+    checkout's, else the copy installed with the package (sglang_obs/config_dir.py)."""
+    return config_dir.resolve() / "prometheus" / "thresholds.yml"
+
+
+def load_classification(path: str | Path | None = None) -> Classification:
+    path = Path(path) if path else default_thresholds_file()
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ThresholdsError(f"{path}: cannot read it ({err})") from None
+    section = doc.get("classification") if isinstance(doc, dict) else None
+    if not isinstance(section, dict):
+        raise ThresholdsError(f"{path}: no classification: section")
+    names = [f.name for f in fields(Classification)]
+    missing = [n for n in names if n not in section]
+    if missing:
+        raise ThresholdsError(f"{path}: classification: lacks {', '.join(missing)}")
+    unknown = sorted(str(k) for k in section if k not in names)
+    if unknown:
+        log.warning("%s: classification: %s unknown to this exporter; the glance page's "
+                    "verdict may differ from the rules'", path, ", ".join(unknown))
+    values = {}
+    for name in names:
+        value = section[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value):
+            raise ThresholdsError(f"{path}: classification.{name} is not a number")
+        values[name] = float(value)
+    return Classification(**values)
+
+
+# -- the classification --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Signals:
+    """What the state classification reads, named after the recording rules' series; None where
+    the series would be absent."""
+
+    available: bool
+    kv_occupancy: float | None = None  # instance:sglang_kv_occupancy:ratio
+    retracted_recently: bool = False  # instance:sglang_retractions:increase5m > 0
+    prefill_backlog: float | None = None  # instance:sglang_prefill_backlog_tokens:max
+    waiting: float | None = None  # instance:sglang_waiting_requests:max
+    running: float | None = None  # instance:sglang_running_requests:max
+    running_ratio: float | None = None  # instance:sglang_running_requests_per_max:ratio
+    speed: float | None = None  # instance:sglang_decode_speed_per_request:max
+    speed_p90_1h: float | None = None  # instance:sglang_decode_speed_per_request:p90_1h
+    running_avg_1h: float | None = None  # instance:sglang_running_requests:avg_1h
+    queue_seconds: float | None = None  # instance:sglang_queue_nonempty_duration_seconds:max
+
+
+def _ge(a, b) -> bool:
+    return a is not None and b is not None and a >= b
+
+
+def _lt(a, b) -> bool:
+    return a is not None and b is not None and a < b
+
+
+def _times(factor: float, value: float | None) -> float | None:
+    return None if value is None else factor * value
+
+
+def decode_branches(s: Signals, c: Classification) -> tuple[bool, bool]:
+    """(collapse at the limit, drop with a grown batch): the two halves of decode contention."""
+    collapse = (_lt(s.speed, _times(c.decode_speed_collapse_ratio, s.speed_p90_1h))
+                and _ge(s.running_ratio, c.running_ratio_at_limit))
+    drop = (_lt(s.speed, _times(c.decode_speed_drop_ratio, s.speed_p90_1h))
+            and _ge(s.running, c.min_running_for_contention)
+            and _ge(s.running, _times(c.running_growth_factor, s.running_avg_1h)))
+    return collapse, drop
+
+
+# The order classify() tries the states in: rules.py state_classes(), a test checks it.
+PRIORITY = ("unavailable", "kv_capacity", "prefill_backlog", "decode_contention",
+            "scheduling_bottleneck", "idle", "healthy")
+
+
+def classify(s: Signals, c: Classification) -> str:
+    """The first state whose condition holds, in the rules' priority order (PRIORITY)."""
+    if not s.available:
+        return "unavailable"
+    if _ge(s.kv_occupancy, c.kv_occupancy_ratio) or s.retracted_recently:
+        return "kv_capacity"
+    if (_ge(s.prefill_backlog, c.prefill_backlog_tokens) and _lt(0, s.waiting)
+            and not _ge(s.running_ratio, c.running_ratio_at_limit)):
+        return "prefill_backlog"
+    if any(decode_branches(s, c)) and _ge(s.kv_occupancy, c.min_kv_for_contention):
+        return "decode_contention"
+    if (_ge(s.queue_seconds, c.scheduling_queue_seconds)
+            and _lt(s.kv_occupancy, c.scheduling_kv_ratio_below)):
+        return "scheduling_bottleneck"
+    if s.running == 0 and s.waiting == 0:
+        return "idle"
+    return "healthy"
+
+
+def quantile(q: float, values: Sequence[float]) -> float | None:
+    """Prometheus's quantile_over_time: linear between the closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = max(int(math.floor(rank)), 0)
+    high = min(low + 1, len(ordered) - 1)
+    weight = rank - math.floor(rank)
+    return ordered[low] * (1 - weight) + ordered[high] * weight
+
+
+# -- fixed-size history ----------------------------------------------------------------------------
+_NAN = float("nan")
+
+
+class Ring:
+    """At most `capacity` slots of floats, the oldest overwritten. A sample goes to the slot
+    floor(t / slot) (every sample its own slot when slot is 0); one that falls into the newest
+    slot merges into it by its field's rule: "first" keeps the slot's first value (an instant
+    sample, as a rule evaluation takes), "last" the newest, "max" the largest. NaN is absent."""
+
+    __slots__ = ("fields", "_merge", "_slot", "_keys", "_cols", "_next", "_len", "_capacity")
+
+    def __init__(self, fields_merge: Mapping[str, str], capacity: int, slot: float):
+        self.fields = tuple(fields_merge)
+        self._merge = tuple(fields_merge[f] for f in self.fields)
+        self._slot = slot
+        self._capacity = capacity
+        self._keys = array("d", [_NAN]) * capacity  # slot number of each entry
+        self._cols = tuple(array("d", [_NAN]) * capacity for _ in self.fields)
+        self._next = 0
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def offer(self, t: float, values: Mapping[str, float | None]) -> None:
+        key = math.floor(t / self._slot) if self._slot > 0 else None
+        newest = (self._next - 1) % self._capacity
+        if key is not None and self._len and self._keys[newest] == key:
+            for col, field, merge in zip(self._cols, self.fields, self._merge, strict=True):
+                value = values.get(field)
+                if value is None or merge == "first":  # "first": absent is a value too
+                    continue
+                old = col[newest]
+                if merge == "last" or math.isnan(old) or (merge == "max" and value > old):
+                    col[newest] = value
+            return
+        i = self._next
+        self._keys[i] = key if key is not None else t
+        for col, field in zip(self._cols, self.fields, strict=True):
+            value = values.get(field)
+            col[i] = _NAN if value is None else value
+        self._next = (i + 1) % self._capacity
+        self._len = min(self._len + 1, self._capacity)
+
+    def columns(self) -> tuple[list[float], dict[str, list[float | None]]]:
+        """(slot numbers, or times when slot is 0; field -> values), oldest first, None for
+        absent."""
+        start = (self._next - self._len) % self._capacity
+        order = [(start + k) % self._capacity for k in range(self._len)]
+        keys = [self._keys[i] for i in order]
+        cols = {}
+        for field, col in zip(self.fields, self._cols, strict=True):
+            values = [col[i] for i in order]
+            cols[field] = [None if v != v else v for v in values]  # NaN is absent
+        return keys, cols
+
+    def nbytes(self) -> int:
+        return sum(a.itemsize * len(a) for a in (self._keys, *self._cols))
+
+
+# -- per server ------------------------------------------------------------------------------------
+_TREND_FIELDS = {"t": "last", "requests": "last", "inflight": "last", "ttft_sum": "last",
+                 "ttft_count": "last", "waiting": "max", "running": "max", "backlog": "max",
+                 "kv": "max", "speed": "last"}
+
+
+class ServerTracker:
+    """One server's history, fed after every poll cycle; `status()` reads it on request."""
+
+    def __init__(self, server: str, classification: Classification, poll_interval: float = 1.0,
+                 current: Callable[[], Snapshot] | None = None,
+                 wall_clock: Callable[[], float] = time.time):
+        self.server = server
+        self.classification = classification
+        self._current = current  # the poller's latest snapshot (a log line may refresh it)
+        self._wall = wall_clock
+        self._lock = threading.Lock()
+        self._baseline = Ring({"speed": "first", "running": "first", "t": "first"},
+                              int(BASELINE_WINDOW / BASELINE_STEP) + 1, BASELINE_STEP)
+        self._trend = Ring(_TREND_FIELDS, int(TREND_WINDOW / TREND_SLOT), TREND_SLOT)
+        self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last",
+                             "waiting": "last"},
+                            int(math.ceil(MINUTE / max(poll_interval, 0.05))) + 3, 0.0)
+        self._last: tuple[float, float, Snapshot] | None = None  # (t, wall time, snapshot)
+        self._prev_t: float | None = None
+        self._retracted: float | None = None
+        self._retraction_at: float | None = None  # time of the poll before the last rise
+        self._up_polls = 0
+        self._errors: dict[tuple[str, str], int] = {}
+        self._reasons: tuple[str, ...] = ()  # why the last poll failed
+        self._last_up_wall: float | None = None
+
+    # -- the poll thread ---------------------------------------------------------------------
+    def observe(self, t: float, snap: Snapshot) -> None:
+        """After a poll cycle that started at `t` (the poller's monotonic clock)."""
+        with self._lock:
+            wall = self._wall()
+            self._reasons = () if snap.up else tuple(sorted(
+                {reason for key, n in snap.errors.items() if n > self._errors.get(key, 0)
+                 for reason in (key[1],)}))
+            self._errors = dict(snap.errors)
+            self._last = (t, wall, snap)
+            if not snap.up or snap.derived is None:
+                self._prev_t = t
+                return
+            self._last_up_wall = wall
+            d, nv = snap.derived, snap.native_values
+            self._track_retractions(t, nv.get("num_retracted_requests_total"))
+            self._up_polls += 1
+            self._baseline.offer(t, {"speed": d.decode_speed_per_request,
+                                     "running": d.running_requests, "t": t})
+            inflight = (None if d.running_requests is None or d.waiting_requests is None
+                        else d.running_requests + d.waiting_requests)
+            requests = nv.get("num_requests_total")
+            self._minute.offer(t, {"requests": requests, "inflight": inflight,
+                                   "backlog": d.prefill_backlog_tokens,
+                                   "waiting": d.waiting_requests})
+            self._trend.offer(t, {
+                "t": t, "requests": requests, "inflight": inflight,
+                "ttft_sum": nv.get("time_to_first_token_seconds_sum"),
+                "ttft_count": nv.get("time_to_first_token_seconds_count"),
+                "waiting": d.waiting_requests, "running": d.running_requests,
+                "backlog": d.prefill_backlog_tokens, "kv": d.kv_occupancy_ratio,
+                "speed": d.decode_speed_per_request})
+            self._prev_t = t
+
+    def _track_retractions(self, t: float, value: float | None) -> None:
+        """When the retraction counter last went up: a rise, a rise after a reset, or its first
+        appearance with a value once the server had been seen without it (SGLang creates it at
+        the first retraction, already counting it)."""
+        before = self._prev_t if self._prev_t is not None else t
+        if value is not None:
+            old = self._retracted
+            rose = old is not None and (value > old or 0 < value < old)  # a rise, a reset
+            born = old is None and value > 0 and self._up_polls > 0
+            if rose or born:
+                self._retraction_at = before
+        self._retracted = value
+
+    def follow(self, current: Callable[[], Snapshot]) -> None:
+        """Read the latest snapshot from `current` too (the poller's, which a scheduler-log line
+        may refresh between polls)."""
+        self._current = current
+
+    def nbytes(self) -> int:
+        """Bytes of the history rings (the part that grows with time, here bounded)."""
+        return self._baseline.nbytes() + self._trend.nbytes() + self._minute.nbytes()
+
+    # -- the HTTP worker ---------------------------------------------------------------------
+    def signals(self) -> tuple[Signals, dict[str, Any]]:
+        """The classification's inputs as of the last poll, and the other numbers the page shows
+        (the baselines, the last minute, the trend rows)."""
+        with self._lock:
+            last = self._last
+            _, baseline = self._baseline.columns()
+            minute = self._minute.columns()
+            trend = self._trend.columns()
+            retraction_at = self._retraction_at
+            reasons = self._reasons
+            last_up_wall = self._last_up_wall
+        extra: dict[str, Any] = {"trend": trend, "reasons": reasons, "last_up_wall": last_up_wall}
+        if last is None:
+            return Signals(available=False), {**extra, "t": None, "wall": None, "snapshot": None}
+        t, wall, snap = last
+        if self._current is not None:
+            current = self._current()
+            if current.polls == snap.polls:  # the same cycle, maybe refreshed from the log
+                snap = current
+        extra.update(t=t, wall=wall, snapshot=snap)
+        d = snap.derived
+        if not snap.up or d is None:
+            return Signals(available=False), extra
+        start = t - BASELINE_WINDOW
+        times = baseline["t"]
+        inside = [i for i, ts in enumerate(times) if ts is not None and ts >= start]
+        speeds = [v for i in inside if (v := baseline["speed"][i]) is not None]
+        runnings = [v for i in inside if (v := baseline["running"][i]) is not None]
+        if not inside or times[inside[-1]] < t:  # the rules' window ends at the current value
+            if d.decode_speed_per_request is not None:
+                speeds.append(d.decode_speed_per_request)
+            if d.running_requests is not None:
+                runnings.append(d.running_requests)
+        queue = (snap.queue_run.current_seconds
+                 if snap.queue_run is not None and d.waiting_requests is not None else None)
+        s = Signals(
+            available=True,
+            kv_occupancy=d.kv_occupancy_ratio,
+            retracted_recently=retraction_at is not None and t - retraction_at <= RETRACTION_WINDOW,
+            prefill_backlog=d.prefill_backlog_tokens,
+            waiting=d.waiting_requests,
+            running=d.running_requests,
+            running_ratio=d.running_requests_ratio,
+            speed=d.decode_speed_per_request,
+            speed_p90_1h=quantile(0.9, speeds),
+            running_avg_1h=sum(runnings) / len(runnings) if runnings else None,
+            queue_seconds=queue,
+        )
+        extra["minute"] = _minute_window(minute, t)
+        return s, extra
+
+    def verdict(self) -> str:
+        return classify(self.signals()[0], self.classification)
+
+
+def _minute_window(minute, t: float) -> dict[str, Any]:
+    """Requests finished and received over the last minute (or since the first poll, when the
+    exporter is younger), and the prefill backlog and queue a minute ago."""
+    times, cols = minute
+    if not times:
+        return {}
+    earlier = [i for i, ts in enumerate(times) if ts <= t - MINUTE]
+    j = earlier[-1] if earlier else 0
+    then_t = times[j]
+    then = {field: values[j] for field, values in cols.items()}
+    now = {field: values[-1] for field, values in cols.items()}
+    out: dict[str, Any] = {"window_seconds": t - then_t, "backlog_then": then["backlog"],
+                           "waiting_then": then["waiting"]}
+    if now["requests"] is not None and then["requests"] is not None:
+        finished = now["requests"] - then["requests"]
+        if finished < 0:  # the server restarted: its counter began again
+            finished = now["requests"]
+        out["finished"] = finished
+        if now["inflight"] is not None and then["inflight"] is not None:
+            out["received"] = max(finished + now["inflight"] - then["inflight"], 0.0)
+    return out
+
+
+# -- the board -------------------------------------------------------------------------------------
+class StatusBoard:
+    """Every server's tracker, and the GPUs; `status()` is the JSON model of the page."""
+
+    def __init__(self, classification: Classification, poll_interval: float = 1.0,
+                 gpus: Callable[[], Any] | None = None,
+                 wall_clock: Callable[[], float] = time.time):
+        self.classification = classification
+        self.poll_interval = poll_interval
+        self._gpus = gpus  # () -> exporter.nvml.NvmlReading, when the NVML collector runs
+        self._wall = wall_clock
+        self.trackers: list[ServerTracker] = []
+
+    def add(self, server: str, current: Callable[[], Snapshot] | None = None) -> ServerTracker:
+        tracker = ServerTracker(server, self.classification, self.poll_interval, current,
+                                self._wall)
+        self.trackers.append(tracker)
+        return tracker
+
+    def set_gpus(self, gpus: Callable[[], Any] | None) -> None:
+        self._gpus = gpus
+
+    def status(self) -> dict[str, Any]:
+        reading = self._gpus() if self._gpus else None
+        host_gpus = [_gpu(g) for g in reading.gpus] if reading is not None and reading.ok else []
+        attributed = any(g["servers"] for g in host_gpus)
+        servers = []
+        for tracker in self.trackers:
+            if attributed:
+                gpus = [g for g in host_gpus if tracker.server in g["servers"]]
+            else:
+                gpus = host_gpus if len(self.trackers) == 1 else []
+            servers.append(server_status(tracker, gpus))
+        return {
+            "version": __version__,
+            "generated_at": self._wall(),
+            "poll_interval_seconds": self.poll_interval,
+            "baseline_step_seconds": BASELINE_STEP,
+            "trend_slot_seconds": TREND_SLOT,
+            "states": list(STATES),
+            "host_gpus": host_gpus if not attributed and len(self.trackers) > 1 else [],
+            "gpu_collector": reading is not None,
+            "servers": servers,
+        }
+
+
+def _gpu(g) -> dict[str, Any]:
+    v = g.values if g.up else {}
+    return {"index": g.index, "name": g.name, "up": g.up,
+            "utilization_ratio": v.get("utilization_ratio"),
+            "memory_used_bytes": v.get("memory_used_bytes"),
+            "memory_total_bytes": v.get("memory_total_bytes"),
+            "servers": sorted(s for s in g.process_memory if s)}
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """One server's part of /api/v1/status (docs/glance.md lists the fields)."""
+    c = tracker.classification
+    s, extra = tracker.signals()
+    state = classify(s, c)
+    snap: Snapshot | None = extra["snapshot"]
+    d = snap.derived if snap is not None else None
+    nv = snap.native_values if snap is not None and snap.up else {}
+    minute = extra.get("minute", {})
+    model = (d.model_name if d is not None else "") or (
+        snap.config.model_name if snap is not None and snap.config is not None else "")
+
+    prompt, generated = nv.get("prompt_tokens_total"), nv.get("generation_tokens_total")
+    cached = nv.get("cached_tokens_total")
+    ttft_sum, ttft_count = (nv.get("time_to_first_token_seconds_sum"),
+                            nv.get("time_to_first_token_seconds_count"))
+    e2e_sum, e2e_count = (nv.get("e2e_request_latency_seconds_sum"),
+                          nv.get("e2e_request_latency_seconds_count"))
+    queue_sum = nv.get("queue_time_seconds_sum")
+    uncached = None if prompt is None or cached is None else max(prompt - cached, 0.0)
+    prefill_time = None
+    if ttft_sum is not None:
+        prefill_time = ttft_sum - queue_sum if queue_sum is not None and queue_sum < ttft_sum \
+            else ttft_sum
+    decode_time = None if e2e_sum is None or ttft_sum is None else e2e_sum - ttft_sum
+    resources = [nv[k] for k in ("num_grammar_queue_reqs", "num_paused_reqs",
+                                 "num_prefill_bootstrap_queue_reqs",
+                                 "num_decode_prealloc_queue_reqs",
+                                 "num_decode_transfer_queue_reqs") if k in nv]
+    collapse, drop = decode_branches(s, c)
+    out: dict[str, Any] = {
+        "server": tracker.server,
+        "model_name": model,
+        "up": s.available,
+        "as_of": extra["wall"],
+        "last_up": extra["last_up_wall"],
+        "polls": snap.polls if snap is not None else 0,
+        "state": state,
+        "state_code": STATES.index(state),
+        "state_label": STATE_LABELS[state],
+        "colour": STATE_COLOURS[state],
+        "reason": "",
+        "failing": list(extra["reasons"]),
+        "pressure": {
+            "running": s.running,
+            "waiting": s.waiting,
+            "max_running": d.max_running_requests if d is not None else None,
+            "running_ratio": s.running_ratio,
+            "received_last_minute": minute.get("received"),
+            "finished_last_minute": minute.get("finished"),
+            "minute_window_seconds": minute.get("window_seconds"),
+            "queue_nonempty_seconds": s.queue_seconds,
+        },
+        "baseline": {
+            "prompt_tokens": prompt,
+            "generated_tokens": generated,
+            "cached_tokens": cached,
+            "total_tokens": None if prompt is None or generated is None else prompt + generated,
+            "requests": nv.get("num_requests_total"),
+            "prefill_tokens_per_second": _div(uncached, prefill_time),
+            "prefill_time_includes_queueing": queue_sum is None,
+            "generation_tokens_per_second": _div(generated, decode_time),
+            "ttft_seconds": _div(ttft_sum, ttft_count),
+            "request_seconds": _div(e2e_sum, e2e_count),
+            "cache_hit_ratio": _div(cached, prompt),
+        },
+        "stages": {
+            "waiting_to_start": s.waiting,
+            "waiting_for_resources": sum(resources) if resources else None,
+            "processing_input_tokens": s.prefill_backlog,
+            "generating": s.running,
+        },
+        "tokens": {
+            "kv_used": d.kv_used_tokens if d is not None else None,
+            "kv_capacity": d.kv_capacity_tokens if d is not None else None,
+            "kv_occupancy_ratio": s.kv_occupancy,
+            "prefill_backlog": s.prefill_backlog,
+        },
+        "decode": {
+            "speed_per_request": s.speed,
+            "speed_p90_1h": s.speed_p90_1h,
+            "running_avg_1h": s.running_avg_1h,
+            "collapse": collapse,
+            "drop": drop,
+        },
+        "retracted_last_5m": s.retracted_recently,
+        "trends": trends(extra["trend"], extra["t"]),
+        "gpus": gpus,
+        "patterns": [],
+    }
+    out["reason"] = reason(state, s, c, out)
+    out["patterns"] = patterns(s, c, out, minute)
+    return out
+
+
+# -- words -----------------------------------------------------------------------------------------
+def count(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.0f} %"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 120:
+        return f"{value:.0f} s"
+    if value < 7200:
+        return f"{value // 60:.0f} min {value % 60:.0f} s"
+    return f"{value // 3600:.0f} h {value % 3600 // 60:.0f} min"
+
+
+def speed(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f} tok/s"
+
+
+def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> str:
+    """One sentence: why the server is in `state`, with the numbers that put it there."""
+    p = out["pressure"]
+    if state == "unavailable":
+        why = ", ".join(r.replace("_", " ") for r in out["failing"])
+        why = f" ({why})" if why else ""
+        if out["last_up"] is None:
+            return f"The exporter has had no answer from this server yet{why}."
+        ago = (out["as_of"] or out["last_up"]) - out["last_up"]
+        clock = time.strftime("%H:%M:%S", time.localtime(out["last_up"]))
+        return (f"No answer from /metrics or the load endpoint since {clock} "
+                f"({seconds(max(ago, 0.0))} ago){why}.")
+    if state == "kv_capacity":
+        if _ge(s.kv_occupancy, c.kv_occupancy_ratio):
+            return (f"The KV cache is {percent(s.kv_occupancy)} full (the limit is "
+                    f"{percent(c.kv_occupancy_ratio)}): new requests wait for memory and running "
+                    "ones may be retracted.")
+        return ("Requests were retracted in the last 5 minutes: the KV pool ran out during "
+                "decode and their work is redone.")
+    if state == "prefill_backlog":
+        return (f"{count(s.prefill_backlog)} prompt tokens are waiting to be prefilled; new "
+                f"requests wait for their first token ({count(s.waiting)} queued).")
+    if state == "decode_contention":
+        slots = (f"{count(s.running)} of {count(p['max_running'])} slots running"
+                 if p["max_running"] is not None else f"{count(s.running)} running")
+        if out["decode"]["collapse"]:
+            return (f"Each request generates {speed(s.speed)}, under "
+                    f"{percent(c.decode_speed_collapse_ratio)} of its usual "
+                    f"{speed(s.speed_p90_1h)} (1 h p90), with {slots}.")
+        grown = _div(s.running, s.running_avg_1h)
+        return (f"Each request generates {speed(s.speed)}, "
+                f"{percent(_div(s.speed, s.speed_p90_1h))} of its usual "
+                f"{speed(s.speed_p90_1h)} (1 h p90), with {slots}: "
+                f"{grown or 0:.1f}× the usual batch of {s.running_avg_1h or 0:.1f}.")
+    if state == "scheduling_bottleneck":
+        return (f"Requests have waited {seconds(s.queue_seconds)} continuously while the KV "
+                f"cache is only {percent(s.kv_occupancy)} full: they wait for a running slot or "
+                "an admission decision, not for memory or compute.")
+    if state == "idle":
+        return "Nothing running, nothing waiting."
+    limit = f" of {count(p['max_running'])}" if p["max_running"] is not None else ""
+    return (f"{count(s.running)} running{limit}, {count(s.waiting)} waiting; no backlog, "
+            "contention or capacity limit.")
+
+
+def patterns(s: Signals, c: Classification, out: dict[str, Any],
+             minute: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Those of seed 000's four reading patterns that apply now, in its words, with numbers."""
+    found = []
+    gpus = [g for g in out["gpus"] if g["up"] and g["utilization_ratio"] is not None]
+    util = sum(g["utilization_ratio"] for g in gpus) / len(gpus) if gpus else None
+    mems = [g["memory_used_bytes"] / g["memory_total_bytes"] for g in gpus
+            if g["memory_used_bytes"] is not None and g["memory_total_bytes"]]
+    memory = sum(mems) / len(mems) if mems else None
+    backlog_then = minute.get("backlog_then")
+    if (_ge(util, GPU_BUSY_RATIO) and backlog_then is not None and s.prefill_backlog is not None
+            and s.prefill_backlog > backlog_then):
+        found.append(("gpu_busy_backlog_growing",
+                      f"GPUs {percent(util)} busy and prompt tokens waiting for prefill up from "
+                      f"{count(backlog_then)} to {count(s.prefill_backlog)} in a minute: input "
+                      "compute backlog."))
+    waiting_then = minute.get("waiting_then")
+    growing = (_lt(0, s.waiting) and _ge(s.queue_seconds, QUEUE_GROWING_SECONDS)
+               and ((waiting_then is not None and s.waiting > waiting_then)
+                    or _ge(s.queue_seconds, c.scheduling_queue_seconds)))
+    if growing and _lt(s.kv_occupancy, c.scheduling_kv_ratio_below):
+        found.append(("queue_growing_kv_low",
+                      f"{count(s.waiting)} waiting (queued for {seconds(s.queue_seconds)}) "
+                      f"while the KV cache is {percent(s.kv_occupancy)} full: a compute or "
+                      "scheduling limit, not capacity exhausted."))
+    if (_ge(s.running_ratio, c.running_ratio_at_limit)
+            and _lt(s.speed, _times(c.decode_speed_drop_ratio, s.speed_p90_1h))):
+        found.append(("running_at_limit_speed_falling",
+                      f"Running at {percent(s.running_ratio)} of the limit and each request down "
+                      f"to {speed(s.speed)} from its usual {speed(s.speed_p90_1h)}: decode "
+                      "contention."))
+    if _ge(memory, GPU_MEMORY_FULL_RATIO) and util is not None and util <= GPU_IDLE_RATIO:
+        found.append(("memory_full_gpu_idle",
+                      f"GPU memory {percent(memory)} used but GPUs {percent(util)} busy: static "
+                      "preallocation (weights, KV pool, CUDA graphs), not load."))
+    return [{"id": key, "text": text} for key, text in found]
+
+
+# -- trends ----------------------------------------------------------------------------------------
+TREND_SERIES = ("arrivals_per_minute", "completions_per_minute", "waiting", "running",
+                "prefill_backlog_tokens", "ttft_seconds")
+
+
+def trends(trend, t: float | None) -> dict[str, Any]:
+    """Per TREND_SLOT slot of the last 30 minutes, oldest first, None where nothing was seen:
+    arrivals and completions per minute (counter differences between neighbouring slots), the
+    largest queue, running batch and prefill backlog, the average TTFT of the requests that got
+    their first token in the slot."""
+    points = int(TREND_WINDOW / TREND_SLOT)
+    series: dict[str, list[float | None]] = {name: [None] * points for name in TREND_SERIES}
+    keys, c = trend
+    if t is None or not keys:
+        return {"slot_seconds": TREND_SLOT, "points": points, **series}
+    newest = math.floor(t / TREND_SLOT)
+    for k, key in enumerate(keys):
+        i = points - 1 - int(newest - key)
+        if not 0 <= i < points:
+            continue
+        series["waiting"][i] = c["waiting"][k]
+        series["running"][i] = c["running"][k]
+        series["prefill_backlog_tokens"][i] = c["backlog"][k]
+        if k == 0 or keys[k - 1] != key - 1:
+            continue  # a rate needs the slot before
+        dt = _sub(c["t"][k], c["t"][k - 1])
+        done = _sub(c["requests"][k], c["requests"][k - 1])
+        if done is not None and done < 0:  # the server restarted
+            done = c["requests"][k]
+        if dt and done is not None:
+            series["completions_per_minute"][i] = done / dt * 60
+            grown = _sub(c["inflight"][k], c["inflight"][k - 1])
+            if grown is not None:
+                series["arrivals_per_minute"][i] = max(done + grown, 0.0) / dt * 60
+        n = _sub(c["ttft_count"][k], c["ttft_count"][k - 1])
+        total = _sub(c["ttft_sum"][k], c["ttft_sum"][k - 1])
+        if n and n > 0 and total is not None and total >= 0:
+            series["ttft_seconds"][i] = total / n
+    return {"slot_seconds": TREND_SLOT, "points": points, **series}
+
+
+def _sub(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
