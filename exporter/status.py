@@ -12,7 +12,7 @@ scheduling_bottleneck, idle, healthy. A value the exporter does not have makes i
 false, as an absent series does in PromQL. The rules' two 1 h baselines (the p90 of decode speed
 per request, the average running batch) are kept here as Prometheus keeps the recorded series:
 one sample every BASELINE_STEP seconds (the shipped evaluation interval), an hour of them,
-the current value included. Retractions "in the last 5 minutes" are the rules' `increase()`
+the current value included. Retractions within kv_retraction_window are the rules' `increase()`
 over SGLang's counter, including its first appearance with a value (a series born counting).
 tests/test_status_agreement.py checks the verdict against promtool's evaluation of the shipped
 rules over every simulated scenario.
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 BASELINE_WINDOW = 3600.0  # the rules' [1h]
 BASELINE_STEP = 15.0  # prometheus/prometheus.yml evaluation_interval: one recorded sample each
-RETRACTION_WINDOW = 300.0  # the rules' increase5m
 TREND_WINDOW = 1800.0  # the sparklines: the last 30 minutes
 TREND_SLOT = 10.0  # seconds per sparkline point (180 points)
 MINUTE = 60.0  # "in the last minute"
@@ -84,6 +83,7 @@ class Classification:
     min_running_for_contention: float
     scheduling_queue_seconds: float
     scheduling_kv_ratio_below: float
+    kv_retraction_window: float  # seconds; the file gives a duration ("1m")
 
 
 class ThresholdsError(ValueError):
@@ -116,11 +116,22 @@ def load_classification(path: str | Path | None = None) -> Classification:
     values = {}
     for name in names:
         value = section[name]
+        if name == "kv_retraction_window":
+            value = _duration_seconds(value)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
                 value):
             raise ThresholdsError(f"{path}: classification.{name} is not a number")
         values[name] = float(value)
     return Classification(**values)
+
+
+def _duration_seconds(value: object) -> float:
+    """A Prometheus duration such as "1m" or "90s" (the rules' range) in seconds; NaN if not."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    text = str(value)
+    if len(text) > 1 and text[-1] in units and text[:-1].isdigit():
+        return float(int(text[:-1]) * units[text[-1]])
+    return math.nan
 
 
 # -- the classification --------------------------------------------------------------------------
@@ -131,7 +142,7 @@ class Signals:
 
     available: bool
     kv_occupancy: float | None = None  # instance:sglang_kv_occupancy:ratio
-    retracted_recently: bool = False  # instance:sglang_retractions:increase5m > 0
+    retracted_recently: bool = False  # instance:sglang_retractions:increase<window> > 0
     prefill_backlog: float | None = None  # instance:sglang_prefill_backlog_tokens:max
     waiting: float | None = None  # instance:sglang_waiting_requests:max
     running: float | None = None  # instance:sglang_running_requests:max
@@ -388,7 +399,8 @@ class ServerTracker:
         s = Signals(
             available=True,
             kv_occupancy=d.kv_occupancy_ratio,
-            retracted_recently=retraction_at is not None and t - retraction_at <= RETRACTION_WINDOW,
+            retracted_recently=(retraction_at is not None
+                                and t - retraction_at <= self.classification.kv_retraction_window),
             prefill_backlog=d.prefill_backlog_tokens,
             waiting=d.waiting_requests,
             running=d.running_requests,
@@ -574,7 +586,7 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
             "collapse": collapse,
             "drop": drop,
         },
-        "retracted_last_5m": s.retracted_recently,
+        "retracted_recently": s.retracted_recently,
         "trends": trends(extra["trend"], extra["t"]),
         "gpus": gpus,
         "patterns": [],
@@ -626,8 +638,8 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
             return (f"The KV cache is {percent(s.kv_occupancy)} full (the limit is "
                     f"{percent(c.kv_occupancy_ratio)}): new requests wait for memory and running "
                     "ones may be retracted.")
-        return ("Requests were retracted in the last 5 minutes: the KV pool ran out during "
-                "decode and their work is redone.")
+        return (f"Requests were retracted in the last {c.kv_retraction_window:.0f} s: the KV "
+                "pool ran out during decode and their work is redone.")
     if state == "prefill_backlog":
         return (f"{count(s.prefill_backlog)} prompt tokens are waiting to be prefilled; new "
                 f"requests wait for their first token ({count(s.waiting)} queued).")

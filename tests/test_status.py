@@ -35,7 +35,7 @@ from sglang_obs.exporter.status import (
 )
 from sglang_obs.exporter.status_page import CSP, GlancePages, status_json
 from sglang_obs.exporter.web import Exposition, make_app, serve
-from sglang_obs.generate import rules
+from sglang_obs.generate import detection, rules
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import in_process_fetcher
 from sglang_obs.simulator.server import make_app as sim_app
@@ -64,7 +64,8 @@ def test_classification_reads_every_threshold_of_the_shipped_file_and_nothing_el
     shipped = yaml.safe_load(default_thresholds_file().read_text())["classification"]
     assert {f.name for f in fields(Classification)} == set(shipped)
     assert {f.name: getattr(C, f.name) for f in fields(Classification)} == {
-        k: float(v) for k, v in shipped.items()}
+        k: detection.seconds(v) if k == "kv_retraction_window" else float(v)
+        for k, v in shipped.items()}
 
 
 def test_verdict_priority_is_the_recording_rules_order():
@@ -123,16 +124,17 @@ def test_baseline_takes_one_sample_per_evaluation_step_and_an_absent_one_counts_
     assert tracker.signals()[0].speed_p90_1h == 10.0
 
 
-def test_a_retraction_counts_for_five_minutes_and_a_counter_already_there_at_start_does_not():
+def test_a_retraction_counts_for_its_window_and_a_counter_already_there_at_start_does_not():
     board = StatusBoard(C, poll_interval=5.0)
     tracker = board.add("s:1")
     tracker.observe(0.0, snapshot(native={"num_retracted_requests_total": 7.0}))
     assert not tracker.signals()[0].retracted_recently
     tracker.observe(5.0, snapshot(polls=2, native={"num_retracted_requests_total": 9.0}))
     assert tracker.verdict() == "kv_capacity"
-    tracker.observe(300.0, snapshot(polls=3, native={"num_retracted_requests_total": 9.0}))
+    w = C.kv_retraction_window  # the rise was seen at 5 s, after the poll at 0 s
+    tracker.observe(w, snapshot(polls=3, native={"num_retracted_requests_total": 9.0}))
     assert tracker.verdict() == "kv_capacity"
-    tracker.observe(305.0, snapshot(polls=4, native={"num_retracted_requests_total": 9.0}))
+    tracker.observe(w + 5.0, snapshot(polls=4, native={"num_retracted_requests_total": 9.0}))
     assert tracker.verdict() == "healthy"
     # a new server, whose counter appears with its first retraction
     other = board.add("s:2")
