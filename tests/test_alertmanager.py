@@ -114,9 +114,58 @@ def test_cause_silences_symptoms_on_the_same_server_only(live):
     assert s[("SGLangServerDown", "a:30000", "", "critical")]["state"] == "active"
     assert s[("SGLangPrefillBacklog", "b:30000", "", "warning")]["state"] == "active"
     assert s[("SGLangLongQueueing", "b:30000", "", "warning")]["state"] == "suppressed"
-    assert s[("SGLangLongQueueing", "b:30000", "", "critical")]["state"] == "active"
+    # b's prefill backlog explains its queueing, at either severity
+    assert s[("SGLangLongQueueing", "b:30000", "", "critical")]["state"] == "suppressed"
     assert s[("GPUThermalThrottling", "h:9840", "0", "warning")]["state"] == "suppressed"
     assert s[("GPUThermalThrottling", "h:9840", "1", "warning")]["state"] == "active"
+
+
+def test_a_state_silences_its_symptoms_and_a_lost_gpu_its_server_on_the_same_host(live):
+    url, _ = live
+    post(url,
+         {"alertname": "SGLangKVCachePressure", "severity": "warning", "instance": "a:30000"},
+         {"alertname": "SGLangLongQueueing", "severity": "warning", "instance": "a:30000"},
+         {"alertname": "SGLangTTFTBudgetBurn", "severity": "critical", "instance": "a:30000",
+          "model_name": "m", "slo": "ttft", "long": "1h", "short": "5m"},
+         {"alertname": "SGLangLongQueueing", "severity": "warning", "instance": "b:30000"},
+         {"alertname": "GPULost", "severity": "critical", "instance": "h1:9840", "host": "h1:9840",
+          "gpu": "1"},
+         {"alertname": "GPUXidCritical", "severity": "critical", "instance": "h1:9840",
+          "host": "h1:9840", "gpu": "1", "xid": "79"},
+         {"alertname": "SGLangServerDown", "severity": "critical", "instance": "a:30000",
+          "host": "h1:9840"},
+         {"alertname": "SGLangServerDown", "severity": "critical", "instance": "c:30000",
+          "host": "h2:9840"})
+    assert wait_for(lambda: len(states(url)) == 8, 15, interval=0.2)
+    assert wait_for(lambda: states(url)[("SGLangLongQueueing", "a:30000", "", "warning")][
+        "state"] == "suppressed", 15, interval=0.2)
+    s = states(url)
+    assert s[("SGLangTTFTBudgetBurn", "a:30000", "", "critical")]["state"] == "suppressed"
+    assert s[("SGLangLongQueueing", "b:30000", "", "warning")]["state"] == "active"
+    assert s[("SGLangServerDown", "a:30000", "", "critical")]["state"] == "suppressed"
+    assert s[("GPUXidCritical", "h1:9840", "1", "critical")]["state"] == "suppressed"
+    assert s[("SGLangServerDown", "c:30000", "", "critical")]["state"] == "active"
+    assert s[("GPULost", "h1:9840", "1", "critical")]["state"] == "active"
+
+
+@pytest.mark.slow  # waits for deliveries
+def test_one_server_s_alerts_arrive_as_one_notification(live):
+    url, sink = live
+    post(url,
+         {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "a:30000"},
+         {"alertname": "SGLangRequestErrors", "severity": "warning", "instance": "a:30000",
+          "model_name": "m"},
+         {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "b:30000"})
+    assert wait_for(lambda: len([e for e in sink.received
+                                 if e["labels"]["alertname"] != "Watchdog"]) >= 3, 20)
+    time.sleep(2)
+    got = [e for e in sink.received if e["labels"]["alertname"] != "Watchdog"]
+    by_server = {}
+    for e in got:
+        by_server.setdefault(e["labels"]["instance"], set()).add((e["notification"], e["group"]))
+    assert len(by_server["a:30000"]) == 1  # both of a's alerts in one notification
+    assert len(by_server["b:30000"]) == 1
+    assert by_server["a:30000"] != by_server["b:30000"]
 
 
 def test_a_stalled_poller_silences_the_state_alerts_of_its_server_only(live):
@@ -126,19 +175,22 @@ def test_a_stalled_poller_silences_the_state_alerts_of_its_server_only(live):
           "instance": "a:30000"},
          {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "a:30000"},
          {"alertname": "SGLangLongQueueing", "severity": "warning", "instance": "a:30000"},
-         {"alertname": "SGLangTTFTBudgetBurn", "severity": "warning", "instance": "a:30000",
-          "model_name": "m", "slo": "ttft", "long": "1d", "short": "2h"},
          {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "b:30000"},
          {"alertname": "SGLangExporterPollerStalled", "severity": "warning",
           "instance": "c:30000"},
-         {"alertname": "SGLangServerDown", "severity": "critical", "instance": "c:30000"})
-    assert wait_for(lambda: len(states(url)) == 7, 15, interval=0.2)
+         {"alertname": "SGLangServerDown", "severity": "critical", "instance": "c:30000"},
+         # The SLO alerts read SGLang's own series: a stalled exporter does not silence them.
+         {"alertname": "SGLangExporterPollerStalled", "severity": "warning",
+          "instance": "d:30000"},
+         {"alertname": "SGLangTTFTBudgetBurn", "severity": "warning", "instance": "d:30000",
+          "model_name": "m", "slo": "ttft", "long": "1d", "short": "2h"})
+    assert wait_for(lambda: len(states(url)) == 8, 15, interval=0.2)
     assert wait_for(lambda: states(url)[("SGLangPrefillBacklog", "a:30000", "", "warning")][
         "state"] == "suppressed", 15, interval=0.2)
     s = states(url)
     assert s[("SGLangLongQueueing", "a:30000", "", "warning")]["state"] == "suppressed"
     assert s[("SGLangExporterPollerStalled", "a:30000", "", "warning")]["state"] == "active"
-    assert s[("SGLangTTFTBudgetBurn", "a:30000", "", "warning")]["state"] == "active"
+    assert s[("SGLangTTFTBudgetBurn", "d:30000", "", "warning")]["state"] == "active"
     assert s[("SGLangPrefillBacklog", "b:30000", "", "warning")]["state"] == "active"
     assert s[("SGLangServerDown", "c:30000", "", "critical")]["state"] == "active"
 
