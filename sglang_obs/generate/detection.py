@@ -129,6 +129,8 @@ def budgets() -> dict[str, Budget]:
     exporter = jobs[t["selectors"]["exporter_job"]].get("scrape_interval",
                                                         prom["global"]["scrape_interval"])
     evaluation = seconds(prom["global"]["evaluation_interval"])
+    # A state alert's sustain is its for: plus a window over the state (rules.state_expr).
+    state_sustain = {CLASS_ALERT[k]: seconds(t["sustain"][k]) for k in rules.SATURATION_STATES}
     out = {}
     for path in RULE_FILES:
         for group in yaml.safe_load(path.read_text())["groups"]:
@@ -138,7 +140,8 @@ def budgets() -> dict[str, Budget]:
                 route = _route_for(r["labels"]["severity"], am)
                 out[r["alert"]] = Budget(
                     r["alert"], r["labels"]["severity"], seconds(exporter), evaluation,
-                    seconds(r.get("for", "0s")), seconds(route["group_wait"]),
+                    state_sustain.get(r["alert"], seconds(r.get("for", "0s"))),
+                    seconds(route["group_wait"]),
                     seconds(r.get("keep_firing_for", "0s")), seconds(route["group_interval"]))
     return out
 

@@ -41,6 +41,9 @@ QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 # alerts are the one notification of an incident; the symptoms they explain stay silent.
 SATURATION_STATES = ("prefill_backlog", "decode_contention", "kv_capacity",
                      "scheduling_bottleneck")
+# prometheus.yml's evaluation_interval (a test checks): a for: of one evaluation. Longer
+# sustains of the state alerts are windows over the recorded state.
+STEP_SECONDS = 15
 LATENCY_HISTOGRAMS = (
     ("time_to_first_token_seconds", "TTFT"), ("inter_token_latency_seconds", "ITL"),
     ("e2e_request_latency_seconds", "E2E"), ("queue_time_seconds", "queue time"))
@@ -441,11 +444,30 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
                        f"{t['classification']['kv_retraction_window']} and ")
 
     def in_state(state: str) -> str:
-        return f"the server is in state `{state}`: {meaning[state]}"
+        held = (f" It fires once the state has held {sustain[state]} (a window over the state, "
+                f"then `for:`), or {for_(state)} when the server was in another saturation state "
+                f"within the last {t['incident_window']} (a class change within an incident)"
+                if _seconds(sustain[state]) > STEP_SECONDS else "")
+        return f"the server is in state `{state}`: {meaning[state]}.{held}".rstrip(".")
 
     def state_expr(signal: str, state: str) -> str:
-        # The signal as the value, so the description can quote it.
-        return f"{signal} and on (instance) (instance:sglang_state:code == {STATES.index(state)})"
+        # The signal as the value, so the description can quote it. A sustain longer than one
+        # evaluation is a window here (for: is one evaluation), and it is waived when the server
+        # was in another saturation state within the incident window: the long sustain guards
+        # against a quiet server's flicker, and this server is no quiet one. The class change
+        # is then an update of the incident, not a new one.
+        code = STATES.index(state)
+        expr = f"{signal} and on (instance) (instance:sglang_state:code == {code})"
+        held = _seconds(sustain[state]) - STEP_SECONDS
+        if held <= 0:
+            return expr
+        return (f"{expr}\nand on (instance) (\n"
+                f"    min_over_time((instance:sglang_state:code == bool {code})[{held}s:]) == 1\n"
+                f"  or max_over_time((instance:sglang_saturated:bool unless on (instance) "
+                f"instance:sglang_state:code == {code})[{t['incident_window']}:]) == 1)")
+
+    def for_(state: str) -> str:
+        return sustain[state] if _seconds(sustain[state]) <= STEP_SECONDS else f"{STEP_SECONDS}s"
 
     return (
         Alert(
@@ -453,7 +475,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             state_expr("instance:sglang_prefill_backlog_tokens:max", "prefill_backlog"),
             "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains "
             "them. No quiet scenario ever enters the state, so one more evaluation suffices.",
-            severity="warning", for_=sustain["prefill_backlog"],
+            severity="warning", for_=for_("prefill_backlog"),
             summary="SGLang prefill backlog is building up.",
             keep_firing_for=keep,
             description="{{ $labels.instance }} is in state prefill_backlog: "
@@ -466,7 +488,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "State decode_contention: too many long requests decode at once; each one is slow. "
             "A healthy server's batch swings into the state for up to half a minute, hence "
             "the longer sustain.",
-            severity="warning", for_=sustain["decode_contention"],
+            severity="warning", for_=for_("decode_contention"),
             summary="SGLang requests are slowed by decode contention.",
             keep_firing_for=keep,
             description="{{ $labels.instance }} is in state decode_contention: each request "
@@ -479,7 +501,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "State kv_capacity: the KV pool is full; requests are retracted (SGLang's "
             "preemption throws away their decode work) or wait for memory. Retractions are part "
             "of the state, so they need no alert of their own.",
-            severity="warning", for_=sustain["kv_capacity"],
+            severity="warning", for_=for_("kv_capacity"),
             summary="SGLang KV cache pool is out of room.",
             keep_firing_for=keep,
             description="{{ $labels.instance }} is in state kv_capacity: " + retracted
@@ -493,7 +515,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "State scheduling_bottleneck: requests wait for a running slot while memory is free. "
             "The state's condition is itself a duration (the queue has been non-empty that "
             "long), so a short sustain suffices.",
-            severity="warning", for_=sustain["scheduling_bottleneck"],
+            severity="warning", for_=for_("scheduling_bottleneck"),
             summary="SGLang requests queue while capacity is free.",
             keep_firing_for=keep,
             description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
