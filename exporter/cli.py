@@ -341,6 +341,14 @@ def main(argv: list[str] | None = None) -> int:
     pollers = ([TargetPoller(u, settings, log_stats=log_stats.get(server_label(u)),
                              on_change=changed)
                 for u in args.sglang_url] if args.collector_sglang else [])
+    # Listen before the other sources are set up: a taken port is then the only line printed.
+    app = make_app(exposition, args.web_telemetry_path, [p.base_url for p in pollers])
+    try:
+        server = serve(app, args.web_listen_address)
+    except OSError as err:
+        log.error("cannot listen on %s (--web.listen-address): %s", args.web_listen_address,
+                  err.strerror or err)
+        return 1
     collectors: list = [SGLangCollector(pollers)] if args.collector_sglang else []
     threads: list = []
     log_sources: list = []
@@ -378,13 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             threads.append(sampler)
 
     registry.register(GuardedCollector(collectors))
-    app = make_app(exposition, args.web_telemetry_path, [p.base_url for p in pollers])
-    try:
-        server = serve(app, args.web_listen_address)
-    except OSError as err:
-        log.error("cannot listen on %s (--web.listen-address): %s", args.web_listen_address,
-                  err.strerror or err)
-        return 1
+    changed()  # a scrape before this saw an empty registry
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -72,8 +72,8 @@ def quiet_broken_pipe() -> int:
 
 
 def reason(err: OSError) -> str:
-    """An OSError's reason without its errno and path: 'Permission denied'."""
-    return err.strerror or type(err).__name__
+    """An OSError's reason without its errno, path or decoration: 'Permission denied'."""
+    return os.strerror(err.errno) if err.errno else (err.strerror or type(err).__name__)
 
 
 # -- argument types --------------------------------------------------------------------------

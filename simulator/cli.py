@@ -23,6 +23,7 @@ from sglang_obs.cli_support import (
     OneLineParser,
     UsageError,
     folder,
+    output_file,
     positive,
     quiet_broken_pipe,
     report,
@@ -168,8 +169,7 @@ def _serve(args, sc) -> int:
     streams = [] if args.no_stdout_log else [sys.stdout]
     log_file = None
     if args.log_file:
-        if args.log_file.is_dir():
-            raise Failure(f"--log-file {args.log_file}: is a directory; give a file name")
+        output_file("--log-file", args.log_file)
         try:
             log_file = args.log_file.open("a")
         except OSError as err:

@@ -3,13 +3,17 @@ Alertmanager's routing, group_wait and inhibition as the shipped alertmanager.ym
 the alert sink's log where there is one."""
 
 import json
+import subprocess
+import urllib.request
 
+import pytest
 import yaml
 
 from sglang_obs.tools import alert_delivery as delivery
 from sglang_obs.tools.snapshot import report
 
-from conftest import ROOT
+from conftest import ROOT, require_binary
+from helpers import free_port, stop_process, wait_for
 
 T0 = 1_800_000_000.0
 SHIPPED = yaml.safe_load((ROOT / "alertmanager/alertmanager.yml").read_text())
@@ -115,3 +119,41 @@ def test_the_report_lists_reached_and_stopped_alerts_apart(tmp_path):
     assert stopped < text.index("SGLangLongQueueing (warning)")
     assert "only flickered" in text.split("SGLangLongQueueing (warning)")[1]
     json.dumps(summary)  # what summary.json gets
+
+
+@pytest.mark.slow  # a real Alertmanager
+def test_a_running_alertmanager_gives_its_configuration_and_what_it_holds(tmp_path):
+    binary = require_binary("prometheus-alertmanager")
+    port = free_port()
+    (tmp_path / "am.yml").write_text((ROOT / "alertmanager/alertmanager.yml").read_text())
+    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}",
+                             f"--storage.path={tmp_path / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}",
+                             "--cluster.listen-address="],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: _answers(url + "/-/ready"), 20)
+        body = json.dumps([{"labels": {"alertname": "SGLangPrefillBacklog",
+                                       "severity": "warning", "instance": "sglang:30000"}}])
+        urllib.request.urlopen(urllib.request.Request(
+            url + "/api/v2/alerts", data=body.encode(),
+            headers={"Content-Type": "application/json"}), timeout=5)
+        config, held = wait_for(lambda: (s := delivery.alertmanager_state(url))[1] and s, 10)
+    finally:
+        stop_process(proc)
+    assert config.origin == f"the Alertmanager at {url}"
+    assert config.route({"alertname": "X", "severity": "critical"}).receiver == "pager"
+    alerts = [alert("SGLangPrefillBacklog", "warning", (100, 400))]
+    delivery.judge(alerts, config, T0 - 600, T0 + 3600, held=held)
+    now = alerts[0]["delivery"]["alertmanager"]
+    assert now == {"state": "active", "inhibited_by": [], "silenced_by": [],
+                   "receivers": ["ticket"]}
+    assert "Alertmanager holds it now (active, receivers ticket)" in delivery.describe(alerts[0])
+
+
+def _answers(url):
+    try:
+        return urllib.request.urlopen(url, timeout=1).status == 200
+    except OSError:
+        return False
