@@ -241,8 +241,10 @@ def _uid(path: Path) -> str:
         return path.stem
 
 
-def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12) -> list[Path]:
-    """Draw each (dashboard JSON, PNG) of `jobs` from one backfill of `scenario`."""
+def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12,
+                end: float | None = None) -> list[Path]:
+    """Draw each (dashboard JSON, PNG) of `jobs` from one backfill of `scenario` (ending at
+    `end`, default now)."""
     plt = charts.pyplot()
     dashboards = []
     for path, out in jobs:
@@ -251,9 +253,9 @@ def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12) -
         except (OSError, ValueError) as err:
             raise Failure(f"--dashboard {path}: not a dashboard JSON ({err})") from None
     with tempfile.TemporaryDirectory() as tmp:
-        b = backfill(scenario, Path(tmp) / "data")
+        b = backfill(scenario, Path(tmp) / "data", end=end)
         drawn = []
-        with prometheus(b.data) as url:
+        with prometheus(b.data, retention="10y") as url:
             for dashboard, out in dashboards:
                 data = [(p, panel_series(url, p, b.start, b.end))
                         for p in panels(dashboard) if p.get("type") in DRAWN][:limit]
