@@ -242,3 +242,12 @@ def test_render_dashboard_to_a_folder_writes_one_png_per_dashboard_inside_it(tmp
     assert result.stdout.split() == [str(out / "sglang-latency.png"),
                                      str(out / "sglang-kv.png")]
     assert all(p.stat().st_size > 20_000 for p in out.iterdir())
+
+
+def test_grafana_and_the_renders_colour_each_state_alike():
+    p = overview_panels()
+    for title in ("State now", "Server state over time"):
+        mapping = rd.value_mappings(p[title])
+        assert {text: colour for text, colour in mapping.values()} == STATE_COLOURS, title
+        raw = p[title]["fieldConfig"]["defaults"]["mappings"][0]["options"]
+        assert {item["text"]: item["color"] for item in raw.values()} == STATE_COLOURS
