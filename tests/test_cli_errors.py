@@ -102,6 +102,8 @@ TABLE = [
     ("sglang-obs", "stack", ["stack", "up", "--native"], USAGE, ["--sglang-url", "--demo"]),
     ("sglang-obs", "stack", ["stack", "up", "--native", "--sglang-url", "localhost:30000"],
      USAGE, ["--sglang-url", "localhost:30000"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "no-such-scenario"], USAGE,
+     ["--demo", "no-such-scenario"]),
     ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--port", "alertmanager"],
      USAGE, ["--port"]),
     ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--port", "nope=1234"],
@@ -230,6 +232,13 @@ def test_a_bad_argument_gives_one_line_naming_it(row, results):
     for name in names:
         assert name in lines[0], (name, lines[0])
     assert len(lines[0]) <= 400, lines[0]
+
+
+def test_a_simulator_that_cannot_listen_never_announced_itself(results):
+    row = next(r for r in TABLE if r[1] == "serve" and "{busy}" in r[2])
+    result, _, _ = results[_id(row)]
+    assert "ready to roll" not in result.stdout  # the simulated SGLang's "ready" line
+    assert result.stdout == ""
 
 
 def test_a_failed_snapshot_leaves_no_folder_behind(results):

@@ -92,7 +92,7 @@ def test_a_taken_port_fails_the_start_with_the_parts_own_error(tmp_path, imposto
     assert "Prometheus " not in result.stdout  # no banner
     assert "Traceback" not in result.stdout + result.stderr
     # the parts started before Alertmanager are stopped, their ports free again
-    assert not processes_using(ports.values())
+    assert not processes_using([*ports.values(), impostor])
     assert all(port_is_free(p) for p in ports.values())
     assert list(tmpdir.iterdir()) == []  # no run folder left
 

@@ -153,6 +153,13 @@ class NativeStack:
         urls = list(self.sglang_urls)
         if not urls and not self.demo:
             raise UsageError("nothing to watch: give --sglang-url URL or --demo")
+        from sglang_obs.simulator import scenario as scenarios  # noqa: PLC0415
+
+        for name in self.demo:
+            try:
+                scenarios.load(name)
+            except scenarios.ScenarioError as err:
+                raise UsageError(f"--demo {name}: {err}") from None
         parts = [*DEFAULT_PORTS, *(f"sglang-sim-{i}" for i in range(len(self.demo)))]
         unknown = sorted(set(self.pinned) - set(parts))
         if unknown:
@@ -317,7 +324,7 @@ def up(args) -> int:
                         for c in stack.components if c.name.startswith("sglang-sim-"))
               + f"Alerts log   {workdir / 'alerts.jsonl'}\n"
               f"Data, logs   {workdir} (kept after a stop)\n"
-              f"Ctrl-C (or kill {os.getpid()}) stops everything.", flush=True)
+              f"Ctrl-C stops everything (or kill {os.getpid()}).", flush=True)
         try:
             while (dead := stack.dead()) is None:
                 time.sleep(0.5)
