@@ -17,6 +17,7 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from sglang_obs import __version__
+from sglang_obs.cli_support import OneLineParser
 from sglang_obs.exporter.collector import (
     ContainerCollector,
     GpuCollector,
@@ -110,12 +111,11 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
-class _Parser(argparse.ArgumentParser):
-    """Adds flags whose default comes from the env variable, named in the help text."""
+class _Parser(OneLineParser):
+    """Adds flags whose default comes from the env variable, named in the help text. Usage
+    errors are one line on stderr, exit status 2 (argparse's usage block hides the message)."""
 
-    def error(self, message):
-        """One line on stderr and exit status 2 (argparse's usage block hides the message)."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+    hint = " (see --help)"
 
     def flag(self, name, *, type=str, default=None, help, repeatable=False):  # noqa: A002
         """`default` is text, converted by `type` like a value from the command line."""
@@ -294,8 +294,9 @@ def read_api_key(parser: _Parser, path: str) -> str:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_API_KEY_BYTES + 1)
-    except OSError as err:
-        parser.error(f"--sglang.api-key-file {path}: cannot read it ({err.strerror})")
+    except OSError as err:  # the file, not the command line, is wrong: a failure
+        parser.exit(1, f"{parser.prog}: --sglang.api-key-file {path}: cannot read it "
+                       f"({err.strerror})\n")
     key = raw.strip()
     if not key or len(raw) > MAX_API_KEY_BYTES:
         parser.error(f"--sglang.api-key-file {path}: empty or over {MAX_API_KEY_BYTES} bytes")
@@ -365,6 +366,17 @@ def main(argv: list[str] | None = None) -> int:
         if tracker is not None:
             tracker.follow(lambda p=poller: p.snapshot)
         pollers.append(poller)
+    # Listen before the other sources are set up: a taken port is then the only line printed.
+    targets = [p.base_url for p in pollers]
+    glance = (GlancePages(board, args.web_telemetry_path, targets) if board is not None
+              else None)
+    app = make_app(exposition, args.web_telemetry_path, targets, glance)
+    try:
+        server = serve(app, args.web_listen_address)
+    except OSError as err:
+        log.error("cannot listen on %s (--web.listen-address): %s", args.web_listen_address,
+                  err.strerror or err)
+        return 1
     collectors: list = [SGLangCollector(pollers)] if args.collector_sglang else []
     threads: list = []
     log_sources: list = []
@@ -404,15 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 board.set_gpus(lambda: sampler.reading)
 
     registry.register(GuardedCollector(collectors))
-    targets = [p.base_url for p in pollers]
-    glance = (GlancePages(board, args.web_telemetry_path, targets) if board is not None
-              else None)
-    app = make_app(exposition, args.web_telemetry_path, targets, glance)
-    try:
-        server = serve(app, args.web_listen_address)
-    except OSError as err:
-        log.error("cannot listen on %s: %s", args.web_listen_address, err)
-        return 1
+    changed()  # a scrape before this saw an empty registry
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -4,9 +4,12 @@
     sglang-obs rules [--check]          regenerate prometheus/rules (and docs/runbooks.md's blocks)
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
-    sglang-obs render-dashboard --scenario NAME [--dashboard JSON] --out PNG
+    sglang-obs render-dashboard --scenario NAME [--dashboard NAME|JSON...] --out PNG|DIR
     sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
     sglang-obs snapshot --prometheus URL --from T --to T [--instance I...] --out DIR
+
+Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
+failed (sglang_obs.cli_support).
 """
 
 from __future__ import annotations
@@ -16,98 +19,152 @@ import contextlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 from sglang_obs import config_dir
 from sglang_obs.charts import MissingExtra
+from sglang_obs.cli_support import (
+    Failure,
+    OneLineParser,
+    UsageError,
+    http_url,
+    input_file,
+    output_file,
+    positive,
+    quiet_broken_pipe,
+    reason,
+    report,
+)
+
+PROG = "sglang-obs"
 
 
 def _listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
     return host or "0.0.0.0", int(port)  # noqa: S104 - the compose service listens on all
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sglang-obs", description=__doc__.splitlines()[0])
+def _port_pin(text: str) -> tuple[str, int]:
+    name, sep, port = text.partition("=")
+    if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected PART=PORT (e.g. alertmanager=19093), got "
+                                         f"{text!r}")
+    return name, int(port)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument(
         "--config-dir", metavar="DIR",
         help="folder with prometheus/, alertmanager/ and grafana/ (default: the checkout's, else "
         f"the installed copy) [env {config_dir.ENV}]")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sink = sub.add_parser("alert-sink", help="log the alerts Alertmanager sends (demo, tests)")
     sink.add_argument("--listen", type=_listen, default=("127.0.0.1", 9095),
                       help="host:port to listen on (default 127.0.0.1:9095)")
     sink.add_argument("--log-file", help="also append one JSON line per alert to this file")
-    sink.add_argument("--log-file-max-bytes", type=int, default=10 * 1024 * 1024,
-                      metavar="BYTES", help="rotate the log file past this size (10 MiB)")
-    sink.add_argument("--log-file-backups", type=int, default=2, metavar="N",
-                      help="rotated log files kept, FILE.1 to FILE.N (2)")
-    sink.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+    sink.add_argument("--log-file-max-bytes", type=positive(int, 4096, inclusive=True),
+                      default=10 * 1024 * 1024, metavar="BYTES",
+                      help="rotate the log file past this size (10 MiB; at least 4096)")
+    sink.add_argument("--log-file-backups", type=positive(int, 0, inclusive=True), default=2,
+                      metavar="N", help="rotated log files kept, FILE.1 to FILE.N (2)")
+    sink.add_argument("--timeout", type=positive(float), default=10.0, metavar="SECONDS",
                       help="a connection's time to send its request (10)")
     rules = sub.add_parser(
         "rules", help="regenerate prometheus/rules/*.yml from thresholds.yml, and in a checkout "
         "the blocks of docs/runbooks.md that quote them")
     rules.add_argument("--check", action="store_true", help="fail if any of them is stale")
     detection = sub.add_parser("detection", help="regenerate docs/detection.md")
-    detection.add_argument("scenarios", nargs="*", help="only these (printed, not written)")
+    detection.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                           help="only these (printed, not written)")
     analyze = sub.add_parser(
         "analyze-log", help="the evidence in saved SGLang scheduler logs (plain or gzipped)")
-    analyze.add_argument("files", nargs="+", help="log files, oldest first")
+    analyze.add_argument("files", nargs="+", metavar="FILE", help="log files, oldest first")
     analyze.add_argument("--json", action="store_true",
                          help="print a machine-readable document (docs/log-analysis.md)")
-    analyze.add_argument("--csv-per-minute", metavar="OUT", help="write a per-minute CSV table")
+    analyze.add_argument("--csv-per-minute", metavar="OUT",
+                         help="write a per-minute CSV table to this file")
     render = sub.add_parser(
         "render-dashboard", help="draw a dashboard's panels for a simulator scenario (PNG)")
     render.add_argument("--scenario", required=True, help="simulator scenario name or YAML")
-    render.add_argument("--dashboard",
-                        help="generated dashboard JSON (default: the overview in --config-dir)")
-    render.add_argument("--out", required=True, help="PNG file to write")
+    render.add_argument("--dashboard", action="append", metavar="NAME|JSON",
+                        help="a dashboard's uid or name (sglang-latency, latency) or a generated "
+                        "dashboard JSON; repeat for several (default: the overview; with a "
+                        "folder as --out, every dashboard)")
+    render.add_argument("--out", required=True, metavar="PNG|DIR",
+                        help="the PNG file to write, or a folder (an existing one, or a path "
+                        "ending in /) that gets one PNG per dashboard, named by its uid")
     stack = sub.add_parser("stack", help="run the stack without Docker (Debian binaries)")
     stack.add_argument("action", choices=["up"])
     stack.add_argument("--native", action="store_true", required=True,
                        help="use local binaries: prometheus, prometheus-alertmanager")
     stack.add_argument("--demo", nargs="*", metavar="SCENARIO",
                        help="serve these simulator scenarios (default long-context-incident)")
-    stack.add_argument("--sglang-url", action="append", help="a real SGLang server to watch")
-    stack.add_argument("--override", help="YAML whose `global:` replaces prometheus.yml's, "
-                       "e.g. prometheus/override.fast.yml")
-    stack.add_argument("--dir", help="working folder for configs, data and logs")
+    stack.add_argument("--sglang-url", action="append", type=http_url, metavar="URL",
+                       help="a real SGLang server to watch")
+    stack.add_argument("--override", metavar="FILE",
+                       help="YAML whose `global:` replaces prometheus.yml's, e.g. "
+                       "prometheus/override.fast.yml")
+    stack.add_argument("--dir", help="working folder for configs, data and logs (default: a new "
+                       "sglang-obs-* folder in the temporary folder, kept after a stop)")
     stack.add_argument("--free-ports", action="store_true",
                        help="pick free ports instead of 9090/9093/9095/9840/30000")
+    stack.add_argument("--port", action="append", type=_port_pin, metavar="PART=PORT",
+                       help="this port for one part (prometheus, alertmanager, alert-sink, "
+                       "exporter, sglang-sim-0, ...); repeatable")
     snap = sub.add_parser("snapshot", help="an evidence pack for a time window (CSV, JSON, "
                           "report, charts)")
-    snap.add_argument("--prometheus", default="http://127.0.0.1:9090", help="Prometheus URL")
+    snap.add_argument("--prometheus", type=http_url, default="http://127.0.0.1:9090",
+                      metavar="URL", help="Prometheus URL (default http://127.0.0.1:9090)")
+    snap.add_argument("--alertmanager", type=http_url, metavar="URL",
+                      help="Alertmanager URL: which alerts it holds (optional)")
+    snap.add_argument("--alerts-log", metavar="FILE",
+                      help="the alert sink's log (alerts.jsonl): which alerts reached a "
+                      "receiver (optional)")
     snap.add_argument("--from", dest="start", required=True,
                       help="window start: '30m ago', a Unix time or an ISO time (UTC default)")
     snap.add_argument("--to", dest="end", default="now", help="window end (default now)")
     snap.add_argument("--instance", action="append", help="only this server (host:port)")
-    snap.add_argument("--step", type=float, default=15.0, help="seconds between rows (15)")
-    snap.add_argument("--out", required=True, help="folder to write the pack into")
+    snap.add_argument("--step", type=positive(float), default=15.0,
+                      help="seconds between rows (15)")
+    snap.add_argument("--out", required=True,
+                      help="folder to write the pack into (new, or empty)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    try:  # resolved before any command module is imported: they read the folder at import
-        os.environ[config_dir.ENV] = str(config_dir.resolve(args.config_dir))
-    except config_dir.ConfigDirError as err:
-        parser.error(str(err))
+    prog = f"{PROG} {args.command}"
     try:
-        return _run(parser, args)
-    except MissingExtra as err:
-        print(f"sglang-obs {args.command}: {err}", file=sys.stderr)
-        return 1
-
-
-def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.command == "snapshot":
-        from pathlib import Path  # noqa: PLC0415
-
-        from sglang_obs.tools.snapshot import SnapshotError, take  # noqa: PLC0415
-
+        # resolved before any command module is imported: they read the folder at import
         try:
-            summary = take(args.prometheus, args.start, args.end, Path(args.out),
-                           args.instance, args.step)
-        except SnapshotError as err:
-            print(f"sglang-obs snapshot: {err}", file=sys.stderr)
-            return 2
+            os.environ[config_dir.ENV] = str(config_dir.resolve(args.config_dir))
+        except config_dir.ConfigDirError as err:
+            raise Failure(str(err)) from None
+        return _run(args)
+    except Failure as err:
+        return report(prog, err)
+    except MissingExtra as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `sglang-obs analyze-log FILE | head`
+        return quiet_broken_pipe()
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "snapshot":
+        from sglang_obs.tools.snapshot import take  # noqa: PLC0415
+
+        if args.alerts_log:
+            input_file("--alerts-log", args.alerts_log)
+        summary = take(args.prometheus, args.start, args.end, Path(args.out), args.instance,
+                       args.step, alertmanager=args.alertmanager,
+                       alerts_log=Path(args.alerts_log) if args.alerts_log else None)
         for server, s in summary["servers"].items():
             print(f"{server}: {' -> '.join(s['dominant']) or 'no bottleneck'}")
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
@@ -119,58 +176,52 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             args.demo = ["long-context-incident"]
         return stack_module.up(args)
     if args.command == "render-dashboard":
-        from pathlib import Path  # noqa: PLC0415
+        from sglang_obs.generate import render_dashboard  # noqa: PLC0415
 
-        from sglang_obs.generate.backfill import BackfillError  # noqa: PLC0415
-        from sglang_obs.generate.render_dashboard import render_png  # noqa: PLC0415
-        from sglang_obs.simulator.scenario import ScenarioError  # noqa: PLC0415
-
-        if args.dashboard is None:
-            args.dashboard = str(config_dir.resolve() / "grafana/dashboards/sglang-overview.json")
-        if not Path(args.dashboard).is_file():
-            parser.error(f"--dashboard: no such file {args.dashboard}")
-        try:
-            print(render_png(args.scenario, Path(args.dashboard), Path(args.out)))
-        except (ScenarioError, BackfillError) as err:
-            print(f"sglang-obs render-dashboard: {err}", file=sys.stderr)
-            return 2
+        for path in render_dashboard.render_command(args.scenario, args.dashboard, args.out):
+            print(path)
         return 0
     if args.command == "analyze-log":
         from sglang_obs.tools import analyze_log
 
         return analyze_log.main(args.files, args.json, args.csv_per_minute)
-    logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
+    if args.command == "detection":
+        from sglang_obs.generate import detection as detection_module
+        from sglang_obs.simulator import scenario as scenarios
 
-    if args.command == "alert-sink":
-        from sglang_obs.tools.alert_sink import AlertSink, RotatingFile
-
-        if args.log_file_max_bytes < 4096 or args.log_file_backups < 0 or args.timeout <= 0:
-            parser.error("--log-file-max-bytes is at least 4096, --log-file-backups at least "
-                         "0, --timeout more than 0")
-        log_file = None
-        if args.log_file:
+        for name in args.scenarios:
             try:
-                log_file = RotatingFile(args.log_file, args.log_file_max_bytes,
-                                        args.log_file_backups)
-            except OSError as err:
-                parser.error(f"--log-file: {err}")
-        try:
-            server = AlertSink(*args.listen, [sys.stdout], log_file=log_file,
-                               timeout=args.timeout)
-        except OSError as err:
-            logging.error("cannot listen on %s:%s: %s", *args.listen, err)
-            return 1
-        logging.info("alert sink listening on %s:%s", args.listen[0], server.port)
-        with contextlib.suppress(KeyboardInterrupt):
-            server.serve_forever()
-        return 0
+                scenarios.load(name)
+            except scenarios.ScenarioError as err:
+                raise UsageError(f"argument SCENARIO: {err}") from None
+        return detection_module.main(args.scenarios)
     if args.command == "rules":
         from sglang_obs.generate import rules as rules_module
 
         return rules_module.main(["--check"] if args.check else [])
-    from sglang_obs.generate import detection as detection_module
+    return _alert_sink(args)
 
-    return detection_module.main(args.scenarios)
+
+def _alert_sink(args: argparse.Namespace) -> int:
+    from sglang_obs.tools.alert_sink import AlertSink, RotatingFile
+
+    logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
+    log_file = None
+    if args.log_file:
+        try:
+            log_file = RotatingFile(output_file("--log-file", args.log_file),
+                                    args.log_file_max_bytes, args.log_file_backups)
+        except OSError as err:
+            raise Failure(f"--log-file {args.log_file}: cannot open it ({reason(err)})") from None
+    host, port = args.listen
+    try:
+        server = AlertSink(host, port, [sys.stdout], log_file=log_file, timeout=args.timeout)
+    except OSError as err:
+        raise Failure(f"--listen {host}:{port}: cannot listen ({reason(err)})") from None
+    logging.info("alert sink listening on %s:%s", host, server.port)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+    return 0
 
 
 if __name__ == "__main__":

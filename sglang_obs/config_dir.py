@@ -31,6 +31,10 @@ def resolve(given: str | os.PathLike | None = None) -> Path:
     given = given or os.environ.get(ENV)
     if given:
         path = Path(given).expanduser().resolve()
+        if not path.exists():
+            raise ConfigDirError(f"--config-dir {given}: no such directory")
+        if not path.is_dir():
+            raise ConfigDirError(f"--config-dir {given}: is a file, not a directory")
         if not (path / _MARKER).is_file():
             raise ConfigDirError(f"--config-dir {given}: no {_MARKER} there")
         return path

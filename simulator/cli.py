@@ -3,16 +3,31 @@
     sglang-sim --scenario long-context-incident --port 30000
     sglang-sim render --scenario long-context-incident --out /tmp/series
     sglang-sim list
+
+Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
+failed (sglang_obs.cli_support).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
+import textwrap
 import time
 from pathlib import Path
 
+from sglang_obs.cli_support import (
+    Failure,
+    OneLineParser,
+    UsageError,
+    folder,
+    output_file,
+    positive,
+    quiet_broken_pipe,
+    report,
+)
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.profiles import ALIASES
 from sglang_obs.simulator.render import render, write_openmetrics, write_promtool_series
@@ -46,18 +61,25 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {text!r}")
+    return int(text)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
         prog="sglang-sim",
         description="A simulated SGLang server: /metrics, status endpoints and scheduler logs "
         "driven by a scheduler model replaying a scenario. No GPU, no model.")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="serve in real time (the default command)")
     _common(serve)
     serve.add_argument("--host", default="127.0.0.1", help="listen host (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=30000, help="listen port (default 30000)")
-    serve.add_argument("--speed", type=float, default=1.0,
+    serve.add_argument("--port", type=_port, default=30000,
+                       help="listen port (default 30000; 0: any free one)")
+    serve.add_argument("--speed", type=positive(float, 0, inclusive=True), default=1.0,
                        help="simulated seconds per wall second (default 1)")
     serve.add_argument("--metrics-escaping", choices=["negotiate", "colon"], default="negotiate",
                        help="negotiate: as prometheus_client >= 0.23 (sglang_ names for an "
@@ -72,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpu-feed-port", type=int, metavar="PORT",
                        help="also serve /sim/gpu on this port, open through the scenario's "
                        "crashes (NVML outlives SGLang)")
-    serve.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+    serve.add_argument("--start-at", type=positive(float, 0, inclusive=True), default=0.0,
+                       metavar="SECONDS",
                        help="start this far into the scenario (the model runs up to it first)")
     serve.add_argument("--once", action="store_true",
                        help="stop after one pass through the scenario instead of looping")
@@ -102,10 +125,19 @@ def main(argv: list[str] | None = None) -> int:
         argv.insert(0, "serve")  # `sglang-sim --scenario X` serves
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _command(args)
+    except Failure as err:
+        return report(f"sglang-sim {args.command}", err)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `sglang-sim list | head`
+        return quiet_broken_pipe()
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "list":
-        for name in scenarios.available():
-            sc = scenarios.load(name)
-            print(f"{name:32} {sc.description.strip().splitlines()[0][:90]}")
+        _list()
         return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="ts=%(asctime)s level=%(levelname)s msg=%(message)s",
@@ -113,23 +145,46 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sc = scenarios.load(args.scenario)
     except scenarios.ScenarioError as err:
-        parser.error(str(err))
+        raise UsageError(f"--scenario: {err}") from None
     if args.command == "render":
-        return _render(args, sc, parser)
-    return _serve(args, sc, parser)
+        return _render(args, sc)
+    return _serve(args, sc)
 
 
-def _serve(args, sc, parser) -> int:
+def describe(name: str, text: str, column: int, width: int) -> str:
+    """`name`, then its scenario description from `column` on, wrapped on word boundaries to
+    `width` columns (continuation lines indented to `column`): nothing is cut."""
+    body = textwrap.fill(" ".join(text.split()), width=width, initial_indent=" " * column,
+                         subsequent_indent=" " * column, break_long_words=False,
+                         break_on_hyphens=False)
+    return f"{name:{column}}{body[column:]}"
+
+
+def _list() -> None:
+    names = scenarios.available()
+    column = max(map(len, names)) + 2
+    width = max(shutil.get_terminal_size((100, 20)).columns, column + 40) - 1
+    for name in names:
+        print(describe(name, scenarios.load(name).description, column, width))
+
+
+def _serve(args, sc) -> int:
     streams = [] if args.no_stdout_log else [sys.stdout]
     log_file = None
     if args.log_file:
+        output_file("--log-file", args.log_file)
         try:
             log_file = args.log_file.open("a")
         except OSError as err:
-            parser.error(f"--log-file: {err}")
+            raise Failure(f"--log-file {args.log_file}: cannot open it "
+                          f"({err.strerror or err})") from None
         streams.append(log_file)
     release = args.release or sc.release
-    sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, streams)
+    # The simulated server's own log lines (its "ready" line among them) wait until the port is
+    # bound: a server that cannot listen must not have announced itself.
+    sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, [])
+    held = _ListStream([])
+    sink.streams = [held]
     sim = Simulation(sc, release, start_ts=time.time() - args.start_at, on_event=sink,
                      loop=not args.once)
     if args.start_at > 0:
@@ -140,8 +195,15 @@ def _serve(args, sc, parser) -> int:
     try:
         server.start()
     except OSError as err:
-        log.error("cannot listen on %s:%s: %s", args.host, args.port, err)
-        return 1
+        if log_file:
+            log_file.close()
+        raise Failure(f"--port {args.port}: cannot listen on {args.host}:{args.port} "
+                      f"({err.strerror or err})") from None
+    with server.lock:  # the ticker may be writing already
+        for stream in streams:
+            stream.write("".join(held.lines))
+            stream.flush()
+        sink.streams = streams
     log.info("serving scenario %s as SGLang %s on http://%s:%s", sc.name, sim.profile.release,
              args.host, server.port)
     try:
@@ -156,15 +218,13 @@ def _serve(args, sc, parser) -> int:
     return 0
 
 
-def _render(args, sc, parser) -> int:
+def _render(args, sc) -> int:
     formats = {f.strip() for f in args.format.split(",") if f.strip()}
     unknown = formats - {"openmetrics", "promtool", "log"}
     if unknown or not formats:
-        parser.error(f"--format: unknown {', '.join(sorted(unknown)) or '(empty)'}")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        parser.error(f"--out: {err}")
+        raise UsageError(f"--format: unknown {', '.join(sorted(unknown)) or '(empty)'}; "
+                         "a comma list of openmetrics, promtool, log")
+    out = folder("--out", args.out)
     start = args.start
     if start is None:  # end at the last full step before now, so a backfill is in retention
         start = (time.time() // args.step) * args.step - sc.duration
@@ -177,18 +237,22 @@ def _render(args, sc, parser) -> int:
     rendered = render(sc, args.release, start=start, step=args.step,
                       poll_interval=args.poll_interval, instance=args.instance, on_event=sink)
     written = []
-    if "openmetrics" in formats:
-        path = args.out / f"{sc.name}.om.txt"
-        write_openmetrics(rendered, path)
-        written.append(path)
-    if "promtool" in formats:
-        path = args.out / f"{sc.name}.promtool.yml"
-        write_promtool_series(rendered, path)
-        written.append(path)
-    if "log" in formats:
-        path = args.out / f"{sc.name}.log"
-        path.write_text("".join(lines))
-        written.append(path)
+    try:
+        if "openmetrics" in formats:
+            path = out / f"{sc.name}.om.txt"
+            write_openmetrics(rendered, path)
+            written.append(path)
+        if "promtool" in formats:
+            path = out / f"{sc.name}.promtool.yml"
+            write_promtool_series(rendered, path)
+            written.append(path)
+        if "log" in formats:
+            path = out / f"{sc.name}.log"
+            path.write_text("".join(lines))
+            written.append(path)
+    except OSError as err:
+        raise Failure(f"--out {out}: cannot write {err.filename or 'a file'} "
+                      f"({err.strerror or err})") from None
     print(f"{sc.name}: {len(rendered.series)} series x {rendered.steps} steps of "
           f"{args.step:g}s from {start:.0f}")
     for path in written:

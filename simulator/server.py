@@ -46,9 +46,14 @@ class LogSink:
 
     def __call__(self, event) -> None:
         line = format_event(event, self.release, tp_size=self.tp_size, dp_size=self.dp_size)
-        for stream in self.streams:
-            stream.write(line + "\n")
-            stream.flush()
+        for stream in list(self.streams):
+            try:
+                stream.write(line + "\n")
+                stream.flush()
+            except (OSError, ValueError) as err:  # a closed pipe (`| head`), a full disk
+                self.streams.remove(stream)
+                log.warning("scheduler log lines no longer written to %s: %s",
+                            getattr(stream, "name", "a stream"), err)
 
 
 def make_app(sim: Simulation, lock: threading.Lock, metrics_escaping: str = "negotiate",

@@ -68,7 +68,8 @@ def make_registry():
 @pytest.fixture(scope="session")
 def backfilled(tmp_path_factory):
     """backfilled(name, release=None) -> (Backfilled, url): the shipped scenario `name` rendered
-    as `release` (default: the scenario's own), backfilled with the recording rules and served
+    as `release` (default: the scenario's own), backfilled with the recording rules and the
+    ALERTS series of the alert rules, and served
     by a real Prometheus; done once per test session for each (scenario, release), the
     Prometheus kept until the session ends. Callers only query it."""
     served = {}
@@ -79,7 +80,8 @@ def backfilled(tmp_path_factory):
             require_binary("prometheus")
             key = (name, release or scenarios.load(name).release)
             if key not in served:
-                b = backfill(name, tmp_path_factory.mktemp(name) / "data", release=key[1])
+                b = backfill(name, tmp_path_factory.mktemp(name) / "data", release=key[1],
+                             alerts=True)
                 served[key] = (b, stack.enter_context(prometheus(b.data)))
             return served[key]
 

@@ -147,7 +147,7 @@ def test_every_json_field_is_documented(generated):
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
-    (["/nonexistent.log"], 2, "no such file"),
+    (["/nonexistent.log"], 1, "no such file"),
     (["{empty}"], 1, "no SGLang scheduler lines"),
 ])
 def test_bad_input_gives_a_clear_message(tmp_path, args, code, message):

@@ -480,13 +480,13 @@ def test_analyze_log_streams_a_gzip_bomb_in_bounded_memory(tmp_path):
     print(f"2 GiB gzip bomb: {seconds:.1f} s, peak RSS {rss / MIB:.0f} MiB")
 
 
-@pytest.mark.parametrize(("make", "code", "message"), [
-    (lambda p: p.mkdir(), 2, "is a directory"),
-    (lambda p: None, 2, "no such file"),
-    (lambda p: p.symlink_to("/dev/zero"), 2, "not a regular file"),
-    (lambda p: p.write_bytes(gzip.compress(((CAPACITY + "\n") * 5000).encode())[:-100]), 2,
+@pytest.mark.parametrize(("make", "code", "message"), [  # a file it cannot read: a failure, 1
+    (lambda p: p.mkdir(), 1, "is a directory"),
+    (lambda p: None, 1, "no such file"),
+    (lambda p: p.symlink_to("/dev/zero"), 1, "not a regular file"),
+    (lambda p: p.write_bytes(gzip.compress(((CAPACITY + "\n") * 5000).encode())[:-100]), 1,
      "truncated gzip"),
-    (lambda p: p.write_bytes(b"\x1f\x8b" + b"\x00" * 100), 2, "corrupt gzip"),
+    (lambda p: p.write_bytes(b"\x1f\x8b" + b"\x00" * 100), 1, "corrupt gzip"),
 ])
 def test_analyze_log_names_the_file_it_cannot_read(tmp_path, make, code, message):
     path = tmp_path / "odd.log.gz"

@@ -93,6 +93,53 @@ def test_charts_are_drawn_and_the_report_links_them(incident):
     assert all(f"]({p.name})" in (out / "report.md").read_text() for p in pngs)
 
 
+def test_the_report_says_which_alerts_reached_a_receiver(incident):
+    _, _, out, _ = incident
+    summary = json.loads((out / "summary.json").read_text())
+    alerts = {a["alertname"]: a for a in summary["alerts"]}
+    assert "Watchdog" not in alerts
+    backlog = alerts["SGLangPrefillBacklog"]
+    assert backlog["severity"] == "warning"
+    assert backlog["delivery"]["receiver"] == "ticket"  # a warning is a ticket, not a page
+    assert backlog["delivery"]["verdict"] == "notified"
+    assert backlog["delivery"]["source"] == "timing"
+    assert all(e["seconds"] >= backlog["delivery"]["group_wait_seconds"]
+               for e in backlog["episodes"])
+    report = (out / "report.md").read_text()
+    reached = report.index("**Reached a receiver:**")
+    assert reached < report.index("- SGLangPrefillBacklog (warning)")
+    assert "reached the ticket receiver" in report
+
+
+def test_the_alert_sink_log_says_which_alerts_a_receiver_got(incident, tmp_path):
+    b, url, out, _ = incident
+    summary = json.loads((out / "summary.json").read_text())
+    backlog = next(a for a in summary["alerts"] if a["alertname"] == "SGLangPrefillBacklog")
+    first = parse_time(backlog["first_firing"])
+    log = tmp_path / "alerts.jsonl"
+    lines = [{"time": t, "receiver": "deadman", "status": "firing",
+              "labels": {"alertname": "Watchdog", "severity": "none"}}
+             for t in range(int(b.start), int(b.end) + 60, 60)]
+    lines.append({"time": first + 31, "receiver": "ticket", "status": "firing",
+                  "labels": {"alertname": "SGLangPrefillBacklog", "severity": "warning",
+                             "instance": backlog["labels"]["instance"]}})
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.end), "--alerts-log", str(log), "--out",
+                             str(tmp_path / "pack")], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "pack/summary.json").read_text())
+    verdicts = {a["alertname"]: (a["delivery"]["verdict"], a["delivery"]["source"])
+                for a in summary["alerts"]}
+    assert verdicts["SGLangPrefillBacklog"] == ("notified", "alert-sink log")
+    assert verdicts["SGLangDecodeContention"] == ("not_notified", "alert-sink log")
+    report = (tmp_path / "pack/report.md").read_text()
+    stopped = report.index("**Fired in Prometheus, reached no receiver:**")
+    assert stopped < report.index("- SGLangDecodeContention (warning)")
+    assert "no notification for it is in the alert sink's log" in report
+
+
 def test_a_crash_is_reported_first_as_a_fault(backfilled, tmp_path):
     b, url = backfilled("crash-restart")
     result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
@@ -105,21 +152,23 @@ def test_a_crash_is_reported_first_as_a_fault(backfilled, tmp_path):
 
 def test_clear_errors_for_bad_windows_and_servers(incident, tmp_path):
     b, url, _, _ = incident
-    cases = [
-        (["--prometheus", "http://127.0.0.1:9", "--from", "10m ago"], "unreachable"),
-        (["--from", "now", "--to", "1h ago"], "empty window"),
-        (["--from", "yesterday-ish"], "cannot read time"),
+    cases = [  # (arguments, exit status: 2 the command line is wrong, 1 the data is not there)
+        (["--prometheus", "http://127.0.0.1:9", "--from", "10m ago"], 1, "unreachable"),
+        (["--from", "now", "--to", "1h ago"], 2, "empty window"),
+        (["--from", "yesterday-ish"], 2, "cannot read time"),
         (["--prometheus", url, "--from", str(b.start), "--to", str(b.end),
-          "--instance", "nope:1"], "unknown instance nope:1"),
-        (["--prometheus", url, "--from", "400d ago", "--to", "399d ago"], "retention"),
+          "--instance", "nope:1"], 1, "unknown instance nope:1"),
+        (["--prometheus", url, "--from", "400d ago", "--to", "399d ago"], 1, "retention"),
         (["--prometheus", url, "--from", str(b.start - 86400 * 3),
-          "--to", str(b.start - 86400 * 2)], "no data between"),
+          "--to", str(b.start - 86400 * 2)], 1, "no data between"),
     ]
-    for args, message in cases:
+    for args, code, message in cases:
         result = subprocess.run([EXE, "snapshot", *args, "--out", str(tmp_path / "x")],
                                 capture_output=True, text=True, timeout=60)
-        assert result.returncode == 2, (args, result.stderr)
+        assert result.returncode == code, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert not (tmp_path / "x").exists(), "a failed snapshot left its folder"
 
 
 def test_long_ranges_are_split_under_the_points_limit(incident):

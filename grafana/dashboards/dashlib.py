@@ -46,7 +46,7 @@ from grafanalib.core import (
 )
 
 from sglang_obs.generate.rules import SERVING_ENDPOINTS
-from sglang_obs.states import STATES
+from sglang_obs.states import STATE_COLOURS, STATES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -94,15 +94,9 @@ TOKENS_PER_S = "count:tok/s"
 DATE = "dateTimeAsIso"
 
 # -- state classification ----------------------------------------------------------------------
-STATE_COLORS = {
-    "unavailable": "dark-red",
-    "idle": "blue",
-    "healthy": "green",
-    "prefill_backlog": "orange",
-    "decode_contention": "purple",
-    "kv_capacity": "red",
-    "scheduling_bottleneck": "yellow",
-}
+# The states' own colours (sglang_obs.states), so that Grafana, render-dashboard and snapshot
+# charts draw each state alike.
+STATE_COLORS = dict(STATE_COLOURS)
 assert set(STATE_COLORS) == set(STATES), "a state without a colour (or a stale one)"
 
 

@@ -5,6 +5,11 @@ then backfilled with `promtool tsdb create-blocks-from rules`, level by level: a
 another rule's output can only be evaluated once that output is in the TSDB, so each level is
 evaluated against a Prometheus that holds all the levels before it. Dashboards, snapshots and
 tests then query a Prometheus that looks as if it had watched the scenario happen.
+
+With `alerts=True` it also holds the ALERTS series of the firing alerts, as a Prometheus that
+evaluated the shipped alert rules live would: promtool runs the rule files over the rendered
+series as a unit test and reports, step by step, which alerts fire (`promtool tsdb
+create-blocks-from rules` skips alerting rules).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import yaml
 
 from sglang_obs import config_dir
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.simulator.render import render, write_openmetrics
+from sglang_obs.simulator.render import Rendered, render, write_openmetrics, write_promtool_series
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 RECORDING_RULES = ROOT / "prometheus" / "rules" / "sglang.rules.yml"
@@ -119,9 +124,9 @@ class Backfilled:
 
 
 def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
-             release: str | None = None) -> Backfilled:
+             release: str | None = None, alerts: bool = False) -> Backfilled:
     """Render scenario `name` (as `release`, default the scenario's) so that it ends at `end`
-    (default: now) and backfill `data`."""
+    (default: now) and backfill `data`; with `alerts`, the ALERTS series too."""
     sc = scenarios.load(name)
     end = (time.time() // step) * step if end is None else end
     start = end - (sc.duration // step) * step
@@ -129,7 +134,12 @@ def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
     data.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         om = Path(tmp) / "series.om.txt"
-        write_openmetrics(render(sc, release, start=start, step=step), om)
+        rendered = render(sc, release, start=start, step=step)
+        if alerts:
+            for labels, steps in firing_alerts(rendered, Path(tmp)).items():
+                for i in steps:
+                    rendered.add("ALERTS", dict(labels), i, 1.0)
+        write_openmetrics(rendered, om)
         _run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)])
         for i, rules in enumerate(rule_levels()):
             rule_file = Path(tmp) / f"level{i}.yml"
@@ -143,6 +153,55 @@ def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
             for block in out.iterdir() if out.exists() else ():
                 shutil.move(str(block), data / block.name)
     return Backfilled(data, start, end, name)
+
+
+_FAILED_AT = re.compile(r'expr: "ALERTS\{alertstate=\\"firing\\"\}", time: (\S+),\n\s+exp: .*\n'
+                        r"\s+got: (.*)")
+_SAMPLE = re.compile(r"\{([^}]*)\} [-+0-9.eE]+")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _promtool_seconds(text: str) -> float:
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(v) * units[u] for v, u in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text))
+
+
+def firing_alerts(rendered: Rendered, workdir: Path) -> dict[tuple, set[int]]:
+    """{ALERTS labels (alertstate="firing", no __name__): the steps it fired at}: the shipped
+    rule files evaluated by promtool over `rendered` from its first step, every step."""
+    from sglang_obs.generate import rules  # noqa: PLC0415 - only this needs the rule tables
+
+    promtool = _binary("promtool")
+    series_file = workdir / "alerts.series.yml"
+    write_promtool_series(rendered, series_file)
+    series = yaml.safe_load(series_file.read_text())["input_series"]
+    files = [rules.RULES_DIR / name for name, _ in rules.RULE_FILES]
+    step = int(rendered.step)
+    test = {
+        "rule_files": [str(p) for p in files],
+        "evaluation_interval": f"{step}s",
+        "group_eval_order": [g["name"] for p in files
+                             for g in yaml.safe_load(p.read_text())["groups"]],
+        "tests": [{"interval": f"{step}s", "input_series": series,
+                   "promql_expr_test": [{"expr": 'ALERTS{alertstate="firing"}',
+                                         "eval_time": f"{i * step}s", "exp_samples": []}
+                                        for i in range(rendered.steps)]}],
+    }
+    path = workdir / "alerts_test.yml"
+    path.write_text(yaml.safe_dump(test, width=1_000_000, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
+                            text=True, timeout=1800)
+    output = result.stdout + result.stderr
+    if result.returncode != 0 and "FAILED" not in output:
+        raise BackfillError(f"promtool test rules: {output[-2000:]}")
+    fired: dict[tuple, set[int]] = {}
+    for at, got in _FAILED_AT.findall(output):
+        index = round(_promtool_seconds(at) / step)
+        for sample in _SAMPLE.findall(got):
+            labels = tuple(sorted((k, v) for k, v in _LABEL.findall(sample)
+                                  if k != "__name__"))
+            fired.setdefault(labels, set()).add(index)
+    return fired
 
 
 def _run(cmd: list[str]) -> None:

@@ -2,7 +2,14 @@
 
 Grafana cannot run everywhere (not in CI, not in a code review), so this draws the panels of a
 generated dashboard JSON with matplotlib, from the same queries, against a real Prometheus
-backfilled with the scenario: a reviewer sees what the on-call will see.
+backfilled with the scenario: a reviewer sees what the on-call will see. Time axes are wall-clock
+UTC over the scenario's whole window (every panel the same), units are Grafana's as a person
+reads them, panels with value mappings (the server state) are coloured bands with their names
+and a complete key, series of very different scale get axes of their own, instant queries
+(bar gauges, single stats) show their value at the window's end, as Grafana does.
+
+`--out FILE.png` writes one dashboard; `--out DIR` (an existing folder, or a path ending in /)
+one PNG per dashboard, DIR/<uid>.png: every dashboard, or those named with --dashboard.
 """
 
 from __future__ import annotations
@@ -15,15 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_obs import config_dir
-from sglang_obs.charts import pyplot
-from sglang_obs.generate.backfill import STEP, backfill, prometheus
-from sglang_obs.prometheus_api import Prometheus
-from sglang_obs.states import STATE_COLOURS, STATES
+from sglang_obs import charts, config_dir
+from sglang_obs.cli_support import Failure, UsageError, folder, input_file, output_file
+from sglang_obs.generate.backfill import STEP, BackfillError, backfill, prometheus
+from sglang_obs.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.states import STATE_COLOURS
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 DRAWN = ("timeseries", "state-timeline", "stat", "bargauge")
+DEFAULT = "sglang-overview"
 
 
 @dataclass
@@ -60,10 +68,17 @@ def panels(dashboard: dict) -> list[dict]:
 
 
 def panel_series(url: str, panel: dict, start: float, end: float) -> list[Series]:
+    """Each target's series: over the window, or for an instant target its value at `end`."""
     series = []
     for target in panel["targets"]:
         expr = substitute(target.get("expr", ""), end - start)
         if not expr:
+            continue
+        if target.get("instant"):
+            for result in Prometheus(url, timeout=60).query(expr, end):
+                t, v = result["value"]
+                series.append(Series(_legend(target.get("legendFormat", ""), result["metric"]),
+                                     [float(t)], [float(v)]))
             continue
         for result in query_range(url, expr, start, end):
             values = [(float(t), float(v)) for t, v in result["values"]]
@@ -72,63 +87,193 @@ def panel_series(url: str, panel: dict, start: float, end: float) -> list[Series
     return series
 
 
-def draw(panel_data: list[tuple[dict, list[Series]]], title: str, path: Path,
-         start: float) -> None:
-    plt = pyplot()
+# -- what a panel is drawn as ----------------------------------------------------------------
+def value_mappings(panel: dict) -> dict[int, tuple[str, str]]:
+    """{value: (text, colour)} of the panel's value mappings; colours of state names are the
+    states' own (sglang_obs.states), others Grafana's named ones."""
+    out = {}
+    defaults = (panel.get("fieldConfig") or {}).get("defaults") or {}
+    for mapping in defaults.get("mappings") or []:
+        if mapping.get("type") != "value":
+            continue
+        for value, item in (mapping.get("options") or {}).items():
+            text = item.get("text", str(value))
+            colour = STATE_COLOURS.get(text) or charts.GRAFANA_COLOURS.get(
+                item.get("color", ""), item.get("color") or charts.OTHER_COLOUR)
+            try:
+                out[int(float(value))] = (text, colour)
+            except ValueError:
+                continue
+    return out
+
+
+def kind(panel: dict) -> str:
+    """states (a band per series), stat (one number), bars (bar gauge) or lines."""
+    targets = panel.get("targets") or []
+    instant = bool(targets) and all(t.get("instant") for t in targets)
+    if panel.get("type") == "bargauge":
+        return "bars"
+    if panel.get("type") in ("state-timeline", "stat") and value_mappings(panel):
+        return "states"
+    if panel.get("type") == "stat" and instant:
+        return "stat"
+    return "lines"
+
+
+def panel_unit(panel: dict) -> str:
+    return ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "") or ""
+
+
+def draw(panel_data: list[tuple[dict, list[Series]]], title: str, start: float, end: float):
+    """The figure of `panel_data` over [start, end]: every time axis that window."""
+    plt = charts.pyplot()
 
     cols = 3
-    rows = math.ceil(len(panel_data) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 2.6 * rows), squeeze=False)
+    rows = max(math.ceil(len(panel_data) / cols), 1)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 2.8 * rows), squeeze=False)
     for ax in axes.flat[len(panel_data):]:
         ax.axis("off")
     for ax, (panel, series) in zip(axes.flat, panel_data, strict=False):
-        unit = ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "")
-        ax.set_title(panel.get("title", ""), fontsize=10, loc="left")
-        if not series:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-            continue
-        if panel.get("type") == "state-timeline" and "state" in " ".join(
-                t.get("expr", "") for t in panel["targets"]):
-            _draw_states(ax, series, start)
-        else:
-            for s in series[:8]:
-                ax.plot([(t - start) / 60 for t in s.times], s.values, label=s.legend[:40],
-                        linewidth=1.2)
-            if len(series) > 1:
-                ax.legend(fontsize=6, loc="upper left")
-        ax.set_xlabel("minutes", fontsize=7)
-        ax.set_ylabel(unit, fontsize=7)
-        ax.tick_params(labelsize=7)
+        draw_panel(ax, panel, series, start, end)
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return fig
 
 
-def _draw_states(ax, series: list[Series], start: float) -> None:
-    """One coloured band per server: the state classification over time."""
-    for row, s in enumerate(series):
-        for t, v in zip(s.times, s.values, strict=True):
-            code = int(v)
-            state = STATES[code] if 0 <= code < len(STATES) else "unavailable"
-            ax.barh(row, STEP / 60, left=(t - start) / 60, color=STATE_COLOURS[state],
-                    height=0.8)
-    ax.set_yticks(range(len(series)), [s.legend[:20] for s in series], fontsize=7)
-    from matplotlib.patches import Patch  # noqa: PLC0415
+def draw_panel(ax, panel: dict, series: list[Series], start: float, end: float) -> None:
+    label, factor = charts.unit(panel_unit(panel))
+    how = kind(panel)
+    ax.set_title(panel.get("title", ""), fontsize=10, loc="left")
+    ax.set_gid({"lines": "time", "states": "time"}.get(how, how))
+    if how in ("lines", "states"):
+        charts.time_axis(ax, start, end)
+    if not series:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        if how not in ("lines", "states"):
+            ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    if how == "states":
+        mapping = value_mappings(panel)
+        names = [mapping[k][0] for k in sorted(mapping)]
+        colours = {text: colour for text, colour in mapping.values()}
+        codes = sorted(mapping)
+        rows = [(s.legend, s.times, [float(codes.index(int(v)))
+                                     if not math.isnan(v) and int(v) in codes else -1.0
+                                     for v in s.values]) for s in series]
+        charts.state_band(ax, rows, STEP, names, colours)
+    elif how == "bars":
+        items = [(s.legend, s.values[-1] * factor) for s in series]
+        charts.bars(ax, items, label, STATE_COLOURS)
+        if label == "%":
+            ax.set_xlim(0, 100)
+    elif how == "stat":
+        charts.big_value(ax, "\n".join(charts.format_value(s.values[-1] * factor, label)
+                                       for s in series[:3]))
+        ax.set_xlabel(f"at the window's end, {_hhmm(end)} {charts.TZ_NAME}", fontsize=7)
+    else:
+        lines = [charts.Line(s.legend, s.times, [v * factor for v in s.values])
+                 for s in series[:8]]
+        charts.plot_lines(ax, lines, label)
 
-    handles = [Patch(color=c, label=n) for n, c in STATE_COLOURS.items()]
-    ax.legend(handles=handles, fontsize=6, ncol=4, loc="upper right")
+
+def _hhmm(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%H:%M")
+
+
+# -- the command -----------------------------------------------------------------------------
+def dashboard_files() -> dict[str, Path]:
+    """{uid: JSON path} of the generated dashboards in the configuration folder."""
+    out = {}
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        try:
+            uid = json.loads(path.read_text()).get("uid") or path.stem
+        except ValueError:
+            continue
+        out[uid] = path
+    return out
+
+
+def resolve_dashboard(text: str) -> Path:
+    """A dashboard's uid (sglang-latency), its short name (latency) or a JSON file."""
+    known = dashboard_files()
+    for uid, path in known.items():
+        if text in (uid, path.stem, uid.removeprefix("sglang-")):
+            return path
+    if text.endswith(".json") or "/" in text:
+        return input_file("--dashboard", text)
+    raise UsageError(f"--dashboard {text}: no such dashboard; one of "
+                     f"{', '.join(known)} (or a JSON file)")
+
+
+def render_command(scenario: str, dashboards: list[str] | None, out: str) -> list[Path]:
+    """What `sglang-obs render-dashboard` does: the PNGs written."""
+    from sglang_obs.simulator import scenario as scenarios  # noqa: PLC0415
+
+    try:
+        scenarios.load(scenario)
+    except scenarios.ScenarioError as err:
+        raise UsageError(f"--scenario: {err}") from None
+    to_folder = out.endswith("/") or Path(out).is_dir()
+    if to_folder:
+        paths = ([resolve_dashboard(d) for d in dashboards] if dashboards
+                 else list(dashboard_files().values()))
+        target = folder("--out", out)
+        outs = [target / f"{_uid(p)}.png" for p in paths]
+    else:
+        if len(dashboards or []) > 1:
+            raise UsageError("--out: several dashboards need a folder (--out DIR/), one PNG "
+                             "each")
+        if Path(out).suffix.lower() != ".png":
+            raise UsageError(f"--out {out}: give a .png file, or a folder (ending in /)")
+        paths = [resolve_dashboard(dashboards[0] if dashboards else DEFAULT)]
+        outs = [output_file("--out", out)]
+    try:
+        return render_pngs(scenario, list(zip(paths, outs, strict=True)))
+    except (BackfillError, PrometheusError) as err:
+        raise Failure(str(err)) from None
+
+
+def _uid(path: Path) -> str:
+    try:
+        return json.loads(path.read_text()).get("uid") or path.stem
+    except (OSError, ValueError):
+        return path.stem
+
+
+def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12,
+                end: float | None = None) -> list[Path]:
+    """Draw each (dashboard JSON, PNG) of `jobs` from one backfill of `scenario` (ending at
+    `end`, default now)."""
+    plt = charts.pyplot()
+    dashboards = []
+    for path, out in jobs:
+        try:
+            dashboards.append((json.loads(path.read_text()), out))
+        except (OSError, ValueError) as err:
+            raise Failure(f"--dashboard {path}: not a dashboard JSON ({err})") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        b = backfill(scenario, Path(tmp) / "data", end=end)
+        drawn = []
+        with prometheus(b.data, retention="10y") as url:
+            for dashboard, out in dashboards:
+                data = [(p, panel_series(url, p, b.start, b.end))
+                        for p in panels(dashboard) if p.get("type") in DRAWN][:limit]
+                drawn.append((dashboard, data, out))
+    written = []
+    for dashboard, data, out in drawn:
+        fig = draw(data, f"{dashboard.get('title', '')} — scenario {scenario}, "
+                         f"{_hhmm(b.start)}–{_hhmm(b.end)} {charts.TZ_NAME}", b.start, b.end)
+        try:
+            fig.savefig(out, dpi=90)
+        except OSError as err:
+            raise Failure(f"--out {out}: cannot write it ({err.strerror or err})") from None
+        finally:
+            plt.close(fig)
+        written.append(out)
+    return written
 
 
 def render_png(scenario: str, dashboard_path: Path, out: Path, limit: int = 12) -> Path:
-    dashboard = json.loads(dashboard_path.read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        b = backfill(scenario, Path(tmp) / "data")
-        with prometheus(b.data) as url:
-            data = [(p, panel_series(url, p, b.start, b.end))
-                    for p in panels(dashboard) if p.get("type") in DRAWN][:limit]
-    when = datetime.fromtimestamp(b.start, tz=timezone.utc).strftime("%H:%M")
-    draw(data, f"{dashboard.get('title', '')} — scenario {scenario} (from {when} UTC)", out,
-         b.start)
-    return out
+    """One dashboard to one PNG (the library form of the command)."""
+    return render_pngs(scenario, [(dashboard_path, out)], limit)[0]

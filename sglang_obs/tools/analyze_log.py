@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from sglang_obs.cli_support import Failure, output_file, report
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, ParsedLine, parse_line
 
 SCHEMA_VERSION = 1
@@ -324,28 +325,39 @@ def text_report(doc: dict) -> str:
 
 
 def main(files: list[str], as_json: bool, csv_out: str | None) -> int:
+    """The command: 0, or 1 with one line on stderr per file it cannot read (and nothing
+    else)."""
     paths = [Path(f) for f in files]
     bad = [(p, why) for p in paths if (why := check_path(p)) is not None]
     if bad:
         for p, why in bad:
             print(f"sglang-obs analyze-log: {p}: {why}", file=sys.stderr)
-        return 2
+        return 1
+    try:
+        csv_path = output_file("--csv-per-minute", csv_out) if csv_out else None
+    except Failure as err:
+        return report("sglang-obs analyze-log", err)
     try:
         result = analyze(paths)
     except UnreadableLog as err:
         print(f"sglang-obs analyze-log: cannot read {err}", file=sys.stderr)
-        return 2
+        return 1
     doc = result.document()
     if result.first is None:
         skipped = (f" ({result.too_long:,} line{'s' if result.too_long > 1 else ''} over "
                    f"{MAX_LINE_BYTES // 1024} KiB skipped)" if result.too_long else "")
-        print(f"sglang-obs analyze-log: no SGLang scheduler lines found{skipped}",
-              file=sys.stderr)
+        print(f"sglang-obs analyze-log: no SGLang scheduler lines found in "
+              f"{', '.join(map(str, paths))}{skipped}", file=sys.stderr)
         return 1
-    if csv_out:
-        with open(csv_out, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(CSV_COLUMNS)
-            writer.writerows(result.per_minute_rows())
+    if csv_path:
+        try:
+            with open(csv_path, "w", newline="") as fh:
+                writer = csv.writer(fh)
+                writer.writerow(CSV_COLUMNS)
+                writer.writerows(result.per_minute_rows())
+        except OSError as err:
+            print(f"sglang-obs analyze-log: --csv-per-minute {csv_path}: cannot write it "
+                  f"({err.strerror or err})", file=sys.stderr)
+            return 1
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if as_json else text_report(doc))
     return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_obs.charts import pyplot
+from sglang_obs.cli_support import Failure, UsageError, new_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
+from sglang_obs.tools import alert_delivery as delivery
 
 SCHEMA_VERSION = 1
 BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
@@ -56,17 +59,23 @@ GPU_COLUMNS = {
 CSV_HEADER = ["timestamp", "time", "instance", *COLUMNS, *GPU_COLUMNS]
 
 
-class SnapshotError(Exception):
-    """A problem the user can fix; the message says what. A Prometheus that cannot be asked
-    (sglang_obs.prometheus_api.PrometheusError) reaches the CLI as one of these."""
+class SnapshotError(Failure):
+    """A snapshot that cannot be taken (exit 1); the message says why and names the argument.
+    A Prometheus that cannot be asked (sglang_obs.prometheus_api.PrometheusError) reaches the
+    CLI as one of these."""
+
+
+class SnapshotUsageError(SnapshotError, UsageError):
+    """The window given cannot be read or is empty (exit 2)."""
 
 
 # -- time ----------------------------------------------------------------------------------
 _AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s+ago\s*$")
 
 
-def parse_time(text: str, now: float | None = None) -> float:
-    """'now', '30m ago', a Unix timestamp, or an ISO time (UTC unless it says otherwise)."""
+def parse_time(text: str, now: float | None = None, flag: str = "") -> float:
+    """'now', '30m ago', a Unix timestamp, or an ISO time (UTC unless it says otherwise).
+    `flag` names the argument in the error."""
     now = time.time() if now is None else now
     if text.strip() == "now":
         return now
@@ -80,8 +89,9 @@ def parse_time(text: str, now: float | None = None) -> float:
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise SnapshotError(f"cannot read time {text!r}: use now, '30m ago', a Unix "
-                            "timestamp or 2026-11-29T10:00:00Z") from None
+        raise SnapshotUsageError(f"{flag + ': ' if flag else ''}cannot read time {text!r}: "
+                                 "use now, '30m ago', a Unix timestamp or "
+                                 "2026-11-29T10:00:00Z") from None
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
@@ -122,12 +132,9 @@ def _instance(key: tuple) -> str:
 def collect(prom: Prometheus, window: Window, instances: list[str] | None,
             progress=None) -> dict:
     w = window
-    if w.end <= w.start:
-        raise SnapshotError(f"empty window: --from {iso(w.start)} is not before --to "
-                            f"{iso(w.end)}")
     retention = prom.retention_seconds()
     if retention is not None and w.end < time.time() - retention:
-        raise SnapshotError(f"the window ends before Prometheus's retention "
+        raise SnapshotError(f"--from/--to: the window ends before Prometheus's retention "
                             f"({retention / 86400:g} days): that data is gone")
     states = prom.query_range(COLUMNS["state"], w.start, w.end, w.step, progress)
     servers = sorted({_instance(k) for k in states})
@@ -135,15 +142,16 @@ def collect(prom: Prometheus, window: Window, instances: list[str] | None,
         raw = prom.query_range("count by (instance) (sglang_obs_up)", w.start, w.end,
                                max(w.step, (w.end - w.start) / 100))
         if not raw:
-            raise SnapshotError(f"no data between {iso(w.start)} and {iso(w.end)}: the window "
+            raise SnapshotError(f"--from/--to: no data between {iso(w.start)} and {iso(w.end)} "
+                                f"in --prometheus {prom.url}: the window "
                                 "is empty, beyond retention, or the recording rules are not "
                                 "loaded (prometheus/rules/sglang.rules.yml)")
         servers = sorted({_instance(k) for k in raw})
     if instances:
         unknown = sorted(set(instances) - set(servers))
         if unknown:
-            raise SnapshotError(f"unknown instance {', '.join(unknown)}; servers in this window:"
-                                f" {', '.join(servers) or 'none'}")
+            raise SnapshotError(f"--instance: unknown instance {', '.join(unknown)}; servers in "
+                                f"this window: {', '.join(servers) or 'none'}")
         servers = list(instances)
     columns = {name: prom.query_range(expr, w.start, w.end, w.step)
                for name, expr in COLUMNS.items() if name != "state"}
@@ -187,7 +195,8 @@ def _peak(series: dict[float, float]) -> dict | None:
     return {"value": series[ts], "at": iso(ts)}
 
 
-def summarize(prom: Prometheus, data: dict, window: Window) -> dict:
+def summarize(prom: Prometheus, data: dict, window: Window, *, alertmanager: str | None = None,
+              alerts_log: Path | None = None) -> dict:
     w = window
     servers = {}
     for server in data["servers"]:
@@ -217,7 +226,7 @@ def summarize(prom: Prometheus, data: dict, window: Window) -> dict:
         "schema_version": SCHEMA_VERSION,
         "window": {"from": iso(w.start), "to": iso(w.end), "step_seconds": w.step},
         "servers": servers,
-        "alerts": alerts(prom, w),
+        "alerts": alerts(prom, w, alertmanager=alertmanager, alerts_log=alerts_log),
     }
 
 
@@ -227,16 +236,38 @@ def dominant(states: dict) -> list[str]:
     return sorted(found, key=lambda s: states[s]["first_at"])
 
 
-def alerts(prom: Prometheus, w: Window) -> list[dict]:
+def alerts(prom: Prometheus, w: Window, *, alertmanager: str | None = None,
+           alerts_log: Path | None = None) -> list[dict]:
+    """The alerts that fired in the window (ALERTS series; Watchdog left out), each with its
+    firing episodes and whether it reached a receiver (sglang_obs.tools.alert_delivery)."""
     series = prom.query_range('ALERTS{alertstate="firing"}', w.start, w.end, w.step)
     out = []
     for key, points in series.items():
         labels = {k: v for k, v in key if k not in ("__name__", "alertstate")}
         if labels.get("alertname") == "Watchdog":
             continue
-        out.append({"alertname": labels.pop("alertname", ""),
-                    "severity": labels.pop("severity", ""), "labels": labels,
-                    "first_firing": iso(min(points)), "last_firing": iso(max(points))})
+        rest = dict(labels)
+        runs = _episodes(dict.fromkeys(points, 1), 1, w.step)
+        out.append({"alertname": rest.pop("alertname", ""),
+                    "severity": rest.pop("severity", ""), "labels": rest,
+                    "first_firing": iso(min(points)), "last_firing": iso(max(points)),
+                    "all_labels": labels,
+                    "_episodes": [{"start": a, "end": b} for a, b in runs]})
+    if out:
+        if alertmanager:
+            config, held = delivery.alertmanager_state(alertmanager)
+        else:
+            config, held = delivery.AlertmanagerConfig.shipped(), None
+        log = delivery.read_alerts_log(alerts_log) if alerts_log else None
+        delivery.judge(out, config, w.start, w.end, log, held)
+    for a in out:
+        a["description"] = delivery.describe(a)
+        d = a["delivery"]
+        if d.get("first_notified_at") is not None:
+            d["first_notified_at"] = iso(d["first_notified_at"])
+        a["episodes"] = [{"from": iso(e["start"]), "to": iso(e["end"]), "seconds": e["seconds"],
+                          "verdict": e["verdict"]} for e in a.pop("_episodes")]
+        del a["all_labels"]
     return sorted(out, key=lambda a: (a["first_firing"], a["alertname"]))
 
 
@@ -314,49 +345,95 @@ def report(summary: dict, charts: list[str]) -> str:
     # One paragraph per point: blank lines between them, so Markdown keeps them apart.
     lines = [ln for line in lines for ln in ((line, "") if line.startswith("**") else (line,))]
     lines += ["## Alerts that fired", ""]
-    lines += [f"- {a['alertname']} ({a['severity']}) {a['first_firing']} – {a['last_firing']}"
-              + (f" on {a['labels']['instance']}" if a["labels"].get("instance") else "")
-              for a in firing] or ["- none (read from the ALERTS series: a Prometheus that "
-                                   "evaluated the rules live has it, a backfilled one not)"]
+    if not firing:
+        lines += ["- none (read from the ALERTS series: a Prometheus that evaluated the rules "
+                  "has it)"]
+    reached = [a for a in firing if a["delivery"]["verdict"] == "notified"]
+    stopped = [a for a in firing if a["delivery"]["verdict"] != "notified"]
+    for title, group in (("Reached a receiver", reached),
+                         ("Fired in Prometheus, reached no receiver", stopped)):
+        if group:
+            lines += [f"**{title}:**", ""]
+            lines += [f"- {a['alertname']} ({a['severity']}) {a['first_firing']} – "
+                      f"{a['last_firing']}"
+                      + (f" on {a['labels']['instance']}" if a["labels"].get("instance") else "")
+                      + f": {a['description']}." for a in group]
+            lines += [""]
     lines += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
     lines += ["", "Files: `series.csv` (per step and server), `summary.json` (docs/snapshot.md).",
               ""]
     return "\n".join(lines)
 
 
-def charts(data: dict, out: Path) -> list[str]:
-    plt = pyplot()
+# (title, unit, ((column, legend, factor), ...)) of the snapshot chart's line panels.
+PANELS = (
+    ("Requests", "requests", (("queue", "queued", 1.0), ("running", "running", 1.0))),
+    ("Pending prefill tokens", "tokens", (("pending_prefill_tokens", "pending prefill", 1.0),)),
+    ("Time to first token, p95", "s", (("ttft_p95_seconds", "TTFT p95", 1.0),)),
+    ("Inter-token latency, p95", "s", (("itl_p95_seconds", "ITL p95", 1.0),)),
+    ("KV cache", "%", (("kv_occupancy", "KV occupancy", 100.0),
+                      ("cache_hit_ratio", "prefix cache hit ratio", 100.0))),
+)
 
+
+def _series(data: dict, column: str, server: str) -> dict[float, float]:
+    return next((v for k, v in data["columns"][column].items() if _instance(k) == server), {})
+
+
+def alert_spans(alerts: list[dict], server: str) -> list[dict]:
+    """The summary's alerts that concern `server` (its own, and those of no server: GPUs),
+    as charts.alert_band rows."""
+    rows = []
+    for a in alerts:
+        if a["labels"].get("instance") not in (server, None):
+            continue
+        rows.append({"name": a["alertname"], "severity": a["severity"],
+                     "spans": [{"start": parse_time(e["from"]), "end": parse_time(e["to"]),
+                                "verdict": e["verdict"]} for e in a["episodes"]]})
+    return rows
+
+
+def figure(data: dict, server: str, window: Window, alerts: list[dict]):
+    """The one chart of `server`: its state, the alerts that fired, then the evidence, on one
+    wall-clock time axis over the window."""
+    plt = pyplot()
+    from sglang_obs import charts as c  # noqa: PLC0415
+
+    spans = alert_spans(alerts, server)
+    ratios = [0.9, max(0.8, 0.3 * len(spans) + 0.3)] + [1.6] * len(PANELS)
+    fig, axes = plt.subplots(len(ratios), 1, figsize=(10, sum(ratios) * 1.25 + 0.6),
+                             sharex=True, gridspec_kw={"height_ratios": ratios})
+    codes = _series(data, "state", server)
+    times = sorted(codes)
+    axes[0].set_title(f"{server}: state (the recording rule instance:sglang_state:code)",
+                      fontsize=8, loc="left")
+    axes[0].set_gid("time")
+    c.state_band(axes[0], [("state", times, [codes[t] for t in times])], window.step,
+                 STATES, STATE_COLOURS)
+    axes[1].set_title("Alerts that fired (hatched: reached no receiver)", fontsize=8,
+                      loc="left")
+    axes[1].set_gid("time")
+    c.alert_band(axes[1], spans, window.start, window.end)
+    for ax, (title, unit, columns) in zip(axes[2:], PANELS, strict=True):
+        ax.set_title(title, fontsize=8, loc="left")
+        ax.set_gid("time")
+        lines = []
+        for column, legend, factor in columns:
+            points = _series(data, column, server)
+            ts = sorted(points)
+            lines.append(c.Line(legend, ts, [points[t] * factor for t in ts]))
+        c.plot_lines(ax, lines, unit)
+    for ax in axes:
+        c.time_axis(ax, window.start, window.end, label=ax is axes[-1])
+    fig.tight_layout()
+    return fig
+
+
+def charts(data: dict, out: Path, window: Window, alerts: list[dict]) -> list[str]:
+    plt = pyplot()
     written = []
-    panels = (("pressure.png", (("queue", "queued requests"), ("running", "running requests"))),
-              ("backlog.png", (("pending_prefill_tokens", "pending prefill tokens"),)),
-              ("latency.png", (("ttft_p95_seconds", "TTFT p95 (s)"),
-                               ("itl_p95_seconds", "ITL p95 (s)"))),
-              ("kv.png", (("kv_occupancy", "KV occupancy"),
-                          ("cache_hit_ratio", "cache hit ratio"))))
     for server in data["servers"]:
-        codes = next((v for k, v in data["columns"]["state"].items()
-                      if _instance(k) == server), {})
-        fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(10, 2.2 * (len(panels) + 1)),
-                                 sharex=True)
-        t0 = min(codes) if codes else 0
-        for ts, code in sorted(codes.items()):
-            axes[0].axvspan((ts - t0) / 60, (ts - t0 + 15) / 60,
-                            color=STATE_COLOURS[STATES[int(code)]])
-        axes[0].set_yticks([])
-        axes[0].set_title(f"{server}: state (orange prefill backlog, red decode contention, "
-                          "purple KV capacity, yellow scheduling, green healthy)", fontsize=8)
-        for ax, (_, series) in zip(axes[1:], panels, strict=True):
-            for name, label in series:
-                points = next((v for k, v in data["columns"][name].items()
-                               if _instance(k) == server), {})
-                if points:
-                    ts = sorted(points)
-                    ax.plot([(t - t0) / 60 for t in ts], [points[t] for t in ts], label=label)
-            ax.legend(fontsize=7, loc="upper left")
-            ax.tick_params(labelsize=7)
-        axes[-1].set_xlabel("minutes from the window's start")
-        fig.tight_layout()
+        fig = figure(data, server, window, alerts)
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", server) + ".png"
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
@@ -365,20 +442,51 @@ def charts(data: dict, out: Path) -> list[str]:
 
 
 def take(prometheus_url: str, start: str, end: str, out: Path,
-         instances: list[str] | None = None, step: float = 15.0) -> dict:
-    try:
-        return _take(prometheus_url, start, end, out, instances, step)
-    except PrometheusError as err:
-        raise SnapshotError(str(err)) from None
-
-
-def _take(prometheus_url: str, start: str, end: str, out: Path,
-          instances: list[str] | None, step: float) -> dict:
+         instances: list[str] | None = None, step: float = 15.0, *,
+         alertmanager: str | None = None, alerts_log: Path | None = None) -> dict:
+    """Write the pack into `out` (a new or empty folder) and return its summary. On failure
+    `out` is left as it was found (removed when this call created it)."""
     now = time.time()
-    window = Window(parse_time(start, now), parse_time(end, now), step)
+    window = Window(parse_time(start, now, "--from"), parse_time(end, now, "--to"), step)
+    if window.end <= window.start:
+        raise SnapshotUsageError(f"empty window: --from {iso(window.start)} is not before --to "
+                                 f"{iso(window.end)}")
+    out, created = new_folder("--out", out)
+    try:
+        return _take(prometheus_url, window, out, instances, alertmanager, alerts_log)
+    except PrometheusError as err:
+        _undo(out, created)
+        raise SnapshotError(f"--prometheus: {err}") from None
+    except delivery.DeliveryError as err:
+        _undo(out, created)
+        raise SnapshotError(str(err)) from None
+    except OSError as err:
+        _undo(out, created)
+        raise SnapshotError(f"--out {out}: cannot write the pack ({err.strerror or err})") \
+            from None
+    except BaseException:
+        _undo(out, created)
+        raise
+
+
+def _undo(out: Path, created: bool) -> None:
+    """Leave `out` as take() found it: gone if it made it, else empty again."""
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
+def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] | None,
+          alertmanager: str | None, alerts_log: Path | None) -> dict:
     prom = Prometheus(prometheus_url)
+    step = window.step
     total = max(window.end - window.start, 1)
-    long = total / step > 2000
+    long = total / step > 2000 and sys.stderr.isatty()  # a progress bar, for a person only
 
     def progress(t: float) -> None:
         if long:
@@ -386,13 +494,14 @@ def _take(prometheus_url: str, start: str, end: str, out: Path,
             sys.stderr.write(f"\rquerying [{'#' * int(done * 30):30}] {done:4.0%}")
             sys.stderr.flush()
 
-    data = collect(prom, window, instances, progress)
-    if long:
-        sys.stderr.write("\n")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        data = collect(prom, window, instances, progress)
+    finally:
+        if long:  # the bar goes: an error, if any, stays the only line
+            sys.stderr.write("\r" + " " * 50 + "\r")
     write_csv(data, out / "series.csv")
-    summary = summarize(prom, data, window)
+    summary = summarize(prom, data, window, alertmanager=alertmanager, alerts_log=alerts_log)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    names = charts(data, out)
+    names = charts(data, out, window, summary["alerts"])
     (out / "report.md").write_text(report(summary, names))
     return summary

@@ -4,11 +4,20 @@ Runs the same prometheus/, alertmanager/ and exporter configuration with locally
 binaries (Debian's prometheus and prometheus-alertmanager) and this package's commands,
 rewriting only the addresses (compose service names become 127.0.0.1 ports). Optionally the
 demo simulator, and an override file for the Prometheus global section (shorter intervals).
+
+A part is up when its own process listens on its port and its health endpoint answers
+(Prometheus and Alertmanager /-/ready, the exporter /metrics, the simulator /health, the alert
+sink /): another program answering on a taken port does not count. The banner is printed once
+every part is up. If one fails, the others are stopped, the command exits 1 with that part's
+own error line (from its log), and the run's folder is removed (with --dir: what this run added
+to it; what was there before stays).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
 import signal
 import socket
@@ -23,13 +32,20 @@ from pathlib import Path
 import yaml
 
 from sglang_obs import config_dir
+from sglang_obs.cli_support import Failure, UsageError, folder, input_file, one_line
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 BIN = Path(sys.executable).parent
+DEFAULT_PORTS = {"alert-sink": 9095, "alertmanager": 9093, "prometheus": 9090, "exporter": 9840}
+SIM_PORT = 30000  # the first simulator's; the next ones count up
 
 
 class StackError(RuntimeError):
     pass
+
+
+class Stopped(Exception):  # noqa: N818 - a signal, not a failure
+    """SIGTERM arrived: stop everything."""
 
 
 def free_port() -> int:
@@ -46,11 +62,67 @@ def _which(*names: str) -> str:
     raise StackError(f"{names[0]} not found: apt-get install prometheus prometheus-alertmanager")
 
 
+# -- who listens on a port ---------------------------------------------------------------------
+def _listening_inodes(port: int) -> set[str] | None:
+    """Socket inodes listening on TCP `port` (None where /proc/net cannot tell)."""
+    found, readable = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1],
+                                                              16) == port:
+                found.add(fields[9])
+    return found if readable else None
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a socket listening on `port` (True where /proc cannot
+    tell: the health check alone decides there)."""
+    inodes = _listening_inodes(port)
+    if inodes is None:
+        return True
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False
+
+
+_LOGFMT_ERROR = re.compile(r"level=(?:error|ERROR|fatal|FATAL|crit|CRITICAL)\b")
+
+
+def error_line(log: str) -> str:
+    """The line of a part's log that says why it stopped, shortened to its message: the last
+    error-level line (Prometheus, Alertmanager, the exporter), else the last line."""
+    lines = [ln for ln in log.splitlines() if ln.strip()]
+    if not lines:
+        return "exited without a word"
+    line = next((ln for ln in reversed(lines) if _LOGFMT_ERROR.search(ln)), lines[-1])
+    msg = re.search(r'\bmsg=(?:"((?:[^"\\]|\\.)*)"|(.*?)(?=\s\w+=|$))', line)
+    err = re.search(r'\berr="((?:[^"\\]|\\.)*)"', line)
+    if msg or err:
+        parts = [m for m in ((msg.group(1) or msg.group(2)) if msg else None,
+                             err.group(1) if err else None) if m]
+        line = ": ".join(parts)
+    return one_line(line, 240)
+
+
 @dataclass
 class Component:
     name: str
     cmd: list[str]
     ready_url: str
+    port: int = 0
     proc: subprocess.Popen | None = None
     log: Path | None = None
 
@@ -63,37 +135,61 @@ class NativeStack:
     override: Path | None = None
     demo_start_at: float = 0.0
     default_ports: bool = False
+    pinned: dict[str, int] = field(default_factory=dict)  # part -> port, beats the others
     ports: dict[str, int] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
 
     def _port(self, name: str, default: int) -> int:
-        self.ports[name] = default if self.default_ports else free_port()
+        if name in self.pinned:
+            self.ports[name] = self.pinned[name]
+        else:
+            self.ports[name] = default if self.default_ports else free_port()
         return self.ports[name]
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 
     def prepare(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        sink = self._port("alert-sink", 9095)
-        am = self._port("alertmanager", 9093)
-        prom = self._port("prometheus", 9090)
-        exporter = self._port("exporter", 9840)
         urls = list(self.sglang_urls)
+        if not urls and not self.demo:
+            raise UsageError("nothing to watch: give --sglang-url URL or --demo")
+        from sglang_obs.simulator import scenario as scenarios  # noqa: PLC0415
+
+        for name in self.demo:
+            try:
+                scenarios.load(name)
+            except scenarios.ScenarioError as err:
+                raise UsageError(f"--demo {name}: {err}") from None
+        parts = [*DEFAULT_PORTS, *(f"sglang-sim-{i}" for i in range(len(self.demo)))]
+        unknown = sorted(set(self.pinned) - set(parts))
+        if unknown:
+            raise UsageError(f"--port {unknown[0]}=...: no such part; the parts are "
+                             f"{', '.join(parts)}")
+        prometheus_bin = _which("prometheus")
+        alertmanager_bin = _which("prometheus-alertmanager", "alertmanager")
+        override = None
+        if self.override:
+            override = _override_global(self.override)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        sink = self._port("alert-sink", DEFAULT_PORTS["alert-sink"])
+        am = self._port("alertmanager", DEFAULT_PORTS["alertmanager"])
+        prom = self._port("prometheus", DEFAULT_PORTS["prometheus"])
+        exporter = self._port("exporter", DEFAULT_PORTS["exporter"])
         for i, scenario in enumerate(self.demo):
-            port = self._port(f"sglang-sim-{i}", 30000 + i)
+            port = self._port(f"sglang-sim-{i}", SIM_PORT + i)
             urls.append(f"http://127.0.0.1:{port}")
             self.components.append(Component(
                 f"sglang-sim-{i}", [str(BIN / "sglang-sim"), "serve", "--scenario", scenario,
                                     "--host", "127.0.0.1", "--port", str(port), "--gpu-feed",
                                     "--no-stdout-log", "--start-at", str(self.demo_start_at)],
-                f"http://127.0.0.1:{port}/health"))
-        if not urls:
-            raise StackError("nothing to watch: give --sglang-url or --demo")
+                f"http://127.0.0.1:{port}/health", port))
+        taken = [p for p in self.ports.values() if list(self.ports.values()).count(p) > 1]
+        if taken:
+            raise UsageError(f"--port: port {taken[0]} is given to two parts")
         self.components.insert(0, Component(
             "alert-sink", [str(BIN / "sglang-obs"), "alert-sink", "--listen",
                            f"127.0.0.1:{sink}", "--log-file", str(self.workdir / "alerts.jsonl")],
-            f"http://127.0.0.1:{sink}/"))
+            f"http://127.0.0.1:{sink}/", sink))
         exporter_cmd = [str(BIN / "sglang-exporter"), "--web.listen-address",
                         f"127.0.0.1:{exporter}", "--no-collector.docker"]
         for url in urls:
@@ -101,16 +197,16 @@ class NativeStack:
         if self.demo:
             exporter_cmd += ["--collector.nvml.simulator-feed", f"{urls[-1]}/sim/gpu"]
         self.components.append(Component("exporter", exporter_cmd,
-                                          f"http://127.0.0.1:{exporter}/metrics"))
+                                          f"http://127.0.0.1:{exporter}/metrics", exporter))
         am_config = (ROOT / "alertmanager" / "alertmanager.yml").read_text().replace(
             "http://alert-sink:9095", f"http://127.0.0.1:{sink}")
         (self.workdir / "alertmanager.yml").write_text(am_config)
         self.components.append(Component("alertmanager", [
-            _which("prometheus-alertmanager", "alertmanager"),
+            alertmanager_bin,
             f"--config.file={self.workdir / 'alertmanager.yml'}",
             f"--storage.path={self.workdir / 'alertmanager-data'}",
             f"--web.listen-address=127.0.0.1:{am}", "--cluster.listen-address="],
-            f"http://127.0.0.1:{am}/-/ready"))
+            f"http://127.0.0.1:{am}/-/ready", am))
         text = (ROOT / "prometheus" / "prometheus.yml").read_text()
         for old, new in (("exporter:9840", f"127.0.0.1:{exporter}"),
                          ("alertmanager:9093", f"127.0.0.1:{am}"),
@@ -118,30 +214,45 @@ class NativeStack:
             text = text.replace(old, new)
         config = yaml.safe_load(text)
         config["rule_files"] = [str(ROOT / "prometheus" / f) for f in config["rule_files"]]
-        if self.override:
-            config["global"].update(yaml.safe_load(self.override.read_text())["global"])
+        if override:
+            config["global"].update(override)
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         self.components.append(Component("prometheus", [
-            _which("prometheus"), f"--config.file={self.workdir / 'prometheus.yml'}",
+            prometheus_bin, f"--config.file={self.workdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
             f"--web.listen-address=127.0.0.1:{prom}", "--storage.tsdb.retention.time=7d"],
-            f"http://127.0.0.1:{prom}/-/ready"))
+            f"http://127.0.0.1:{prom}/-/ready", prom))
 
     def start(self, timeout: float = 30.0) -> None:
+        """Start each part and wait until it is up (see the module's docstring); a StackError
+        with the part's own error line when one is not."""
         for c in self.components:
             c.log = self.workdir / f"{c.name}.log"
-            c.proc = subprocess.Popen(c.cmd, stdout=c.log.open("w"), stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-            deadline = time.monotonic() + timeout
-            while True:
-                if c.proc.poll() is not None:
-                    raise StackError(f"{c.name} exited: {c.log.read_text()[-1500:]}")
-                with contextlib.suppress(OSError):
-                    if urllib.request.urlopen(c.ready_url, timeout=1).status == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise StackError(f"{c.name} not ready after {timeout:.0f}s")
-                time.sleep(0.1)
+            with c.log.open("w") as log:
+                c.proc = subprocess.Popen(c.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self._wait_up(c, timeout)
+
+    def _wait_up(self, c: Component, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if c.proc.poll() is not None:
+                raise StackError(f"{c.name} (port {c.port}) did not start: "
+                                 f"{error_line(c.log.read_text(errors='replace'))}")
+            answered = False
+            with contextlib.suppress(OSError):
+                answered = urllib.request.urlopen(c.ready_url, timeout=1).status == 200
+            if answered and listens(c.proc.pid, c.port):
+                return
+            if time.monotonic() > deadline:
+                why = ("another program answers on its port" if answered
+                       else f"{c.ready_url} does not answer")
+                raise StackError(f"{c.name} (port {c.port}) not up after {timeout:.0f} s: {why}")
+            time.sleep(0.1)
+
+    def dead(self) -> Component | None:
+        """A part that has exited, if any."""
+        return next((c for c in self.components if c.proc and c.proc.poll() is not None), None)
 
     def stop_component(self, name: str) -> None:
         for c in self.components:
@@ -159,35 +270,82 @@ class NativeStack:
                     c.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     c.proc.kill()
+                    c.proc.wait()
+
+
+def _override_global(path: Path) -> dict:
+    input_file("--override", path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise Failure(f"--override {path}: not readable YAML ({one_line(err, 120)})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("global"), dict):
+        raise Failure(f"--override {path}: no `global:` section (see "
+                      "prometheus/override.fast.yml)")
+    return doc["global"]
+
+
+def _stop_on_sigterm(*_) -> None:
+    raise Stopped
 
 
 def up(args) -> int:
-    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sglang-obs-"))
+    """The command: 0 after a stop (Ctrl-C, SIGTERM), 1 when a part fails to start or dies."""
+    given = Path(args.dir) if args.dir else None
+    before: set[str] | None = None
+    if given is not None:
+        existed = given.exists()
+        folder("--dir", given)
+        before = {p.name for p in given.iterdir()} if existed else None
+        workdir = given
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="sglang-obs-"))
     stack = NativeStack(workdir, args.sglang_url or [], args.demo or [],
                         Path(args.override) if args.override else None,
-                        default_ports=not args.free_ports)
+                        default_ports=not args.free_ports, pinned=dict(args.port or []))
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        stack.prepare()
-        stack.start()
-    except (StackError, OSError) as err:
-        stack.stop()
-        print(f"sglang-obs stack: {err}", file=sys.stderr)
-        return 1
-    print(f"Prometheus   {stack.url('prometheus')}\nAlertmanager {stack.url('alertmanager')}\n"
-          f"Exporter     {stack.url('exporter')}/metrics\nAlerts log   {workdir / 'alerts.jsonl'}"
-          f"\nLogs         {workdir}\nCtrl-C stops everything.", flush=True)
-    stop = False
-
-    def handler(*_):
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        while not stop and all(c.proc.poll() is None for c in stack.components):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+        try:
+            stack.prepare()
+            stack.start()
+        except (StackError, Failure, OSError, Stopped, KeyboardInterrupt) as err:
+            stack.stop()
+            _clean(workdir, given, before)
+            if isinstance(err, (Stopped, KeyboardInterrupt)):
+                return 130
+            if isinstance(err, Failure):
+                raise
+            raise Failure(str(err) if not isinstance(err, OSError) else
+                          f"{err.filename or workdir}: {err.strerror or err}") from None
+        print(f"Prometheus   {stack.url('prometheus')}\n"
+              f"Alertmanager {stack.url('alertmanager')}\n"
+              f"Exporter     {stack.url('exporter')}/metrics\n"
+              + "".join(f"Simulator    {stack.url(c.name)} ({c.name})\n"
+                        for c in stack.components if c.name.startswith("sglang-sim-"))
+              + f"Alerts log   {workdir / 'alerts.jsonl'}\n"
+              f"Data, logs   {workdir} (kept after a stop)\n"
+              f"Ctrl-C stops everything (or kill {os.getpid()}).", flush=True)
+        try:
+            while (dead := stack.dead()) is None:
+                time.sleep(0.5)
+        except (Stopped, KeyboardInterrupt):
+            return 0
+        raise Failure(f"{dead.name} stopped: {error_line(dead.log.read_text(errors='replace'))}"
+                      f" (its log: {dead.log}); the other parts are stopped")
     finally:
         stack.stop()
-    return 0
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _clean(workdir: Path, given: Path | None, before: set[str] | None) -> None:
+    """After a failed start: the run's folder as it was (gone, unless --dir named one that
+    existed; then only what this run added is removed)."""
+    if given is None or before is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return
+    for p in workdir.iterdir():
+        if p.name not in before:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)

@@ -1,0 +1,268 @@
+"""Every command's bad arguments, the way a user meets them: the installed entry points run as
+processes. Each gives exactly one non-empty line on stderr that names the argument or the path
+or URL, no traceback, exit 2 for a usage error (missing, wrong type, bad value) and exit 1 for a
+failure (missing or unreadable input, an output that exists or cannot be written, a directory
+for a file or a file for a directory, a port in use, a URL that does not answer).
+
+The table covers every subcommand the parsers define: one added without a row fails
+test_the_table_covers_every_subcommand.
+"""
+
+import argparse
+import concurrent.futures
+import gzip
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_obs.cli import build_parser as obs_parser
+from sglang_obs.exporter.cli import build_parser as exporter_parser
+from sglang_obs.simulator.cli import build_parser as sim_parser
+
+from conftest import ROOT
+from helpers import free_port
+
+BIN = Path(sys.executable).parent
+LOG = ROOT / "tests/fixtures/sglang/scheduler_0.5.12_tp4.log"
+USAGE, FAILURE = 2, 1
+
+# (program, subcommand, arguments, exit status, what the line must name). Placeholders:
+# {file} an existing file, {dir} an existing empty directory, {full} a non-empty one, {missing}
+# a path that does not exist, {busy} a port something listens on, {dead} a URL nothing answers
+# on, {gz} a truncated gzip file, {log} a real scheduler log, {tmp} a fresh directory's path.
+# /proc/nope/...: a path that cannot be created, even by root.
+TABLE = [
+    # sglang-obs, before any subcommand
+    ("sglang-obs", None, ["no-such-command"], USAGE, ["no-such-command"]),
+    ("sglang-obs", None, [], USAGE, ["COMMAND"]),
+    ("sglang-obs", "rules", ["--config-dir", "{file}", "rules", "--check"], FAILURE,
+     ["--config-dir", "{file}"]),
+    ("sglang-obs", "rules", ["--config-dir", "{missing}", "rules", "--check"], FAILURE,
+     ["--config-dir", "{missing}"]),
+    ("sglang-obs", "rules", ["--config-dir", "{dir}", "rules", "--check"], FAILURE,
+     ["--config-dir", "{dir}"]),
+    ("sglang-obs", "rules", ["rules", "--chek"], USAGE, ["--chek"]),
+    # alert-sink
+    ("sglang-obs", "alert-sink", ["alert-sink", "--listen", "nowhere"], USAGE, ["--listen"]),
+    ("sglang-obs", "alert-sink", ["alert-sink", "--timeout", "soon"], USAGE, ["--timeout"]),
+    ("sglang-obs", "alert-sink", ["alert-sink", "--log-file-max-bytes", "10"], USAGE,
+     ["--log-file-max-bytes"]),
+    ("sglang-obs", "alert-sink", ["alert-sink", "--log-file", "{dir}"], FAILURE,
+     ["--log-file", "{dir}"]),
+    ("sglang-obs", "alert-sink", ["alert-sink", "--log-file", "/proc/nope/alerts.jsonl"],
+     FAILURE, ["--log-file", "/proc/nope"]),
+    ("sglang-obs", "alert-sink", ["alert-sink", "--log-file", "{file}/alerts.jsonl"], FAILURE,
+     ["--log-file", "{file}"]),
+    ("sglang-obs", "alert-sink", ["alert-sink", "--listen", "127.0.0.1:{busy}"], FAILURE,
+     ["--listen", "{busy}"]),
+    # detection
+    ("sglang-obs", "detection", ["detection", "no-such-scenario"], USAGE,
+     ["no-such-scenario"]),
+    # analyze-log
+    ("sglang-obs", "analyze-log", ["analyze-log"], USAGE, ["FILE"]),
+    ("sglang-obs", "analyze-log", ["analyze-log", "{dir}"], FAILURE,
+     ["{dir}", "is a directory"]),
+    ("sglang-obs", "analyze-log", ["analyze-log", "{missing}"], FAILURE,
+     ["{missing}", "no such file"]),
+    ("sglang-obs", "analyze-log", ["analyze-log", "{gz}"], FAILURE, ["{gz}", "truncated"]),
+    ("sglang-obs", "analyze-log", ["analyze-log", "{log}", "--csv-per-minute", "{dir}"],
+     FAILURE, ["--csv-per-minute", "{dir}"]),
+    ("sglang-obs", "analyze-log", ["analyze-log", "{log}", "--csv-per-minute",
+                                   "/proc/nope/x.csv"], FAILURE, ["--csv-per-minute"]),
+    # render-dashboard (every case fails before the scenario is backfilled)
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--out", "{tmp}/x.png"], USAGE,
+     ["--scenario"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "no-such-scenario",
+                                        "--out", "{tmp}/x.png"], USAGE,
+     ["--scenario", "no-such-scenario"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "healthy",
+                                        "--dashboard", "no-such-dashboard", "--out",
+                                        "{tmp}/x.png"], USAGE,
+     ["--dashboard", "no-such-dashboard"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "healthy",
+                                        "--dashboard", "{missing}.json", "--out",
+                                        "{tmp}/x.png"], FAILURE, ["--dashboard", "{missing}"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "healthy",
+                                        "--dashboard", "{dir}", "--out", "{tmp}/x.png"],
+     FAILURE, ["--dashboard", "{dir}", "is a directory"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "healthy", "--out",
+                                        "{tmp}/x.svg"], USAGE, ["--out", "x.svg"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "healthy", "--out",
+                                        "{file}/x.png"], FAILURE, ["--out", "{file}"]),
+    ("sglang-obs", "render-dashboard", ["render-dashboard", "--scenario", "healthy", "--out",
+                                        "/proc/nope/"], FAILURE, ["--out", "/proc/nope"]),
+    # stack (a taken port: test_stack.py, which needs the Prometheus binaries)
+    ("sglang-obs", "stack", ["stack"], USAGE, ["action"]),
+    ("sglang-obs", "stack", ["stack", "up"], USAGE, ["--native"]),
+    ("sglang-obs", "stack", ["stack", "down", "--native"], USAGE, ["down"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native"], USAGE, ["--sglang-url", "--demo"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--sglang-url", "localhost:30000"],
+     USAGE, ["--sglang-url", "localhost:30000"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "no-such-scenario"], USAGE,
+     ["--demo", "no-such-scenario"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--port", "alertmanager"],
+     USAGE, ["--port"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--port", "nope=1234"],
+     USAGE, ["--port", "nope"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--override", "{missing}"],
+     FAILURE, ["--override", "{missing}"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--override", "{dir}"],
+     FAILURE, ["--override", "{dir}"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--override", "{file}"],
+     FAILURE, ["--override", "{file}"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--dir", "{file}"], FAILURE,
+     ["--dir", "{file}"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--dir", "/proc/nope"],
+     FAILURE, ["--dir", "/proc/nope"]),
+    # snapshot (Prometheus at {dead}: a check that should come first must come first)
+    ("sglang-obs", "snapshot", ["snapshot", "--out", "{tmp}/p"], USAGE, ["--from"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--from", "10m ago"], USAGE, ["--out"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--from", "10m ago", "--step", "soon", "--out",
+                                "{tmp}/p"], USAGE, ["--step"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from",
+                                "yesterday-ish", "--out", "{tmp}/p"], USAGE,
+     ["--from", "yesterday-ish"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "now", "--to",
+                                "1h ago", "--out", "{tmp}/p"], USAGE, ["--from", "--to"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "notaurl", "--from", "10m ago",
+                                "--out", "{tmp}/p"], USAGE, ["--prometheus", "notaurl"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "10m ago",
+                                "--out", "{tmp}/p"], FAILURE, ["--prometheus", "{dead}"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "10m ago",
+                                "--out", "{file}"], FAILURE, ["--out", "{file}"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "10m ago",
+                                "--out", "{full}"], FAILURE, ["--out", "{full}"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "10m ago",
+                                "--out", "/proc/nope"], FAILURE, ["--out", "/proc/nope"]),
+    ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "10m ago",
+                                "--alerts-log", "{missing}", "--out", "{tmp}/p"], FAILURE,
+     ["--alerts-log", "{missing}"]),
+    # sglang-sim
+    ("sglang-sim", None, ["no-such-command"], USAGE, ["no-such-command"]),
+    ("sglang-sim", "serve", ["serve", "--port", "http"], USAGE, ["--port", "http"]),
+    ("sglang-sim", "serve", ["serve", "--speed", "fast"], USAGE, ["--speed"]),
+    ("sglang-sim", "serve", ["--scenario", "no-such-scenario"], USAGE,
+     ["--scenario", "no-such-scenario"]),
+    ("sglang-sim", "serve", ["serve", "--release", "9.9"], USAGE, ["--release"]),
+    ("sglang-sim", "serve", ["serve", "--log-file", "{dir}"], FAILURE, ["--log-file", "{dir}"]),
+    ("sglang-sim", "serve", ["serve", "--log-file", "/proc/nope/sim.log"], FAILURE,
+     ["--log-file", "/proc/nope"]),
+    ("sglang-sim", "serve", ["serve", "--port", "{busy}"], FAILURE, ["--port", "{busy}"]),
+    ("sglang-sim", "render", ["render", "--scenario", "healthy"], USAGE, ["--out"]),
+    ("sglang-sim", "render", ["render", "--out", "{tmp}/r", "--step", "0s"], USAGE, ["--step"]),
+    ("sglang-sim", "render", ["render", "--out", "{tmp}/r", "--format", "pdf"], USAGE,
+     ["--format", "pdf"]),
+    ("sglang-sim", "render", ["render", "--out", "{file}"], FAILURE, ["--out", "{file}"]),
+    ("sglang-sim", "render", ["render", "--out", "/proc/nope"], FAILURE, ["--out", "/proc/nope"]),
+    ("sglang-sim", "list", ["list", "extra"], USAGE, ["extra"]),
+    # sglang-exporter (an SGLang that does not answer is not an error: it is reported as down)
+    ("sglang-exporter", None, [], USAGE, ["--sglang.url"]),
+    ("sglang-exporter", None, ["--no-such-flag"], USAGE, ["--no-such-flag"]),
+    ("sglang-exporter", None, ["--sglang.url", "localhost:30000"], USAGE, ["--sglang.url"]),
+    ("sglang-exporter", None, ["--sglang.url", "http://127.0.0.1:1", "--sglang.poll-interval",
+                               "soon"], USAGE, ["--sglang.poll-interval"]),
+    ("sglang-exporter", None, ["--sglang.url", "http://127.0.0.1:1", "--web.listen-address",
+                               "nonsense"], USAGE, ["--web.listen-address"]),
+    ("sglang-exporter", None, ["--sglang.url", "http://127.0.0.1:1", "--sglang.api-key-file",
+                               "{dir}"], FAILURE, ["--sglang.api-key-file", "{dir}"]),
+    ("sglang-exporter", None, ["--sglang.url", "http://127.0.0.1:1", "--sglang.api-key-file",
+                               "{missing}"], FAILURE, ["--sglang.api-key-file", "{missing}"]),
+    ("sglang-exporter", None, ["--sglang.url", "http://127.0.0.1:1", "--web.listen-address",
+                               "127.0.0.1:{busy}"], FAILURE, ["--web.listen-address", "{busy}"]),
+]
+
+
+def _id(row):
+    prog, sub, args, code, _ = row
+    return f"{prog}:{sub or '-'}:{' '.join(args)[:60]}:{code}"
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cli-errors")
+    (base / "file").write_text("not a directory\n")
+    (base / "dir").mkdir()
+    (base / "full").mkdir()
+    (base / "full" / "report.md").write_text("an earlier pack\n")
+    data = gzip.compress(LOG.read_bytes())
+    (base / "cut.log.gz").write_bytes(data[: len(data) // 2])
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    yield {"file": str(base / "file"), "dir": str(base / "dir"), "full": str(base / "full"),
+           "missing": str(base / "missing"), "busy": str(busy.getsockname()[1]),
+           "dead": f"http://127.0.0.1:{free_port()}", "gz": str(base / "cut.log.gz"),
+           "log": str(LOG), "base": base}
+    busy.close()
+
+
+def _run(row, places, n):
+    prog, _, args, _, names = row
+    tmp = places["base"] / f"run{n}"
+    tmp.mkdir()
+    fill = {**places, "tmp": str(tmp)}
+    argv = [a.format(**fill) for a in args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OBS_")}
+    result = subprocess.run([str(BIN / prog), *argv], capture_output=True, text=True,
+                            timeout=60, env=env, stdin=subprocess.DEVNULL)
+    return result, [n.format(**fill) for n in names], tmp
+
+
+@pytest.fixture(scope="module")
+def results(places):
+    """Every row's run, four at a time (each is a process that mostly waits on imports)."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = {_id(row): pool.submit(_run, row, places, n) for n, row in enumerate(TABLE)}
+        return {key: f.result() for key, f in futures.items()}
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[_id(r) for r in TABLE])
+def test_a_bad_argument_gives_one_line_naming_it(row, results):
+    _, _, _, code, _ = row
+    result, names, _ = results[_id(row)]
+    output = result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in output, output
+    assert len(lines) == 1, result.stderr
+    assert result.returncode == code, (result.returncode, result.stderr)
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    assert len(lines[0]) <= 400, lines[0]
+
+
+def test_a_simulator_that_cannot_listen_never_announced_itself(results):
+    row = next(r for r in TABLE if r[1] == "serve" and "{busy}" in r[2])
+    result, _, _ = results[_id(row)]
+    assert "ready to roll" not in result.stdout  # the simulated SGLang's "ready" line
+    assert result.stdout == ""
+
+
+def test_a_failed_snapshot_leaves_no_folder_behind(results):
+    row = next(r for r in TABLE if r[1] == "snapshot" and r[3] == FAILURE
+               and "{tmp}/p" in r[2] and "--alerts-log" not in r[2])
+    _, _, tmp = results[_id(row)]
+    assert not (tmp / "p").exists()
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> set:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name for a in actions for name in a.choices} or {None}
+
+
+def test_the_table_covers_every_subcommand():
+    defined = ({("sglang-obs", s) for s in _subcommands(obs_parser())}
+               | {("sglang-sim", s) for s in _subcommands(sim_parser())}
+               | {("sglang-exporter", s) for s in _subcommands(exporter_parser())})
+    assert ("sglang-obs", "snapshot") in defined
+    assert ("sglang-sim", "render") in defined
+    rows = {(prog, sub) for prog, sub, *_ in TABLE}
+    assert not defined - rows, f"no row for {sorted(defined - rows, key=str)}"
+    usage = {(prog, sub) for prog, sub, _, code, _ in TABLE if code == USAGE}
+    failure = {(prog, sub) for prog, sub, _, code, _ in TABLE if code == FAILURE}
+    # every subcommand has a usage error; every one that reads or writes something a failure
+    assert not defined - usage, sorted(defined - usage, key=str)
+    assert not (defined - {("sglang-sim", "list"), ("sglang-obs", "detection")}) - failure
