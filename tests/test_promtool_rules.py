@@ -42,7 +42,8 @@ ZERO_FOR_ALLOWED = {
     "SGLangContainerRestarting": "increase() over 15m already spans the restarts",
     "SGLangOOMKilled": "an event counter: one kill is the whole event",
     "SGLangLongQueueing": "the signal is itself a duration (queue non-empty that long)",
-    "GPUXidCritical": "an event, kept visible for the 10m window by its timestamp",
+    "GPULost": "windows over its signals (every read in 15 s, the collector for 30 s) are "
+               "its sustain",
     "GPUUncorrectableECC": "an event counter: one uncorrectable error is the whole event",
     "GPURowRemapFailure": "a latched hardware flag",
 }
