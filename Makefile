@@ -20,6 +20,7 @@ generate: $(VENV)/.installed
 	$(PY) -m sglang_obs.generate.rules
 	$(PY) -m sglang_obs.generate.detection
 	$(PY) grafana/dashboards/generate.py
+	$(PY) -m sglang_obs.generate.kubernetes
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py
