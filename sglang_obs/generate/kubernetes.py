@@ -102,8 +102,15 @@ def document(source: str, obj: Any) -> str:
     return GENERATED.format(source=source) + dump(obj)
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
+
+
+def parse(text: str) -> Any:
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
+
+
 def load(path: Path) -> Any:
-    return yaml.safe_load(path.read_text())
+    return parse(path.read_text())
 
 
 # --- PrometheusRule ---------------------------------------------------------------------------
@@ -134,7 +141,7 @@ def prometheus_rules(prom: dict) -> dict[str, str]:
     out = {}
     for path in rule_files(prom):
         text = path.read_text()
-        parsed = {g["name"]: g for g in yaml.safe_load(text)["groups"]}
+        parsed = {g["name"]: g for g in parse(text)["groups"]}
         for name, lines in _group_blocks(text):
             head = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
                     "metadata": {"name": rule_object_name(name), "labels": dict(PART_OF)},
@@ -143,7 +150,7 @@ def prometheus_rules(prom: dict) -> dict[str, str]:
             indented = "\n".join(("  " + line) if line else line for line in body)
             text_out = (document(f"prometheus/{path.relative_to(PROMETHEUS_YML.parent)}", head)
                         .replace("  groups: null\n", "  groups:\n") + indented + "\n")
-            group = yaml.safe_load(text_out)["spec"]["groups"][0]
+            group = parse(text_out)["spec"]["groups"][0]
             expected = {"name": name, "interval": interval, "rules": parsed[name]["rules"]}
             if group != expected:  # the text transplant must not change a rule
                 raise TranslationError(f"rule group {name}: the PrometheusRule differs")
@@ -379,7 +386,7 @@ def dashboard_configmaps() -> dict[str, str]:
         body = "\n".join(("    " + line) if line else line for line in content.splitlines())
         text = (document(f"grafana/dashboards/{path.name}", head)
                 .replace("data: null\n", "data:\n") + f"  {path.name}: |\n{body}\n")
-        if yaml.safe_load(text)["data"][path.name] != content:
+        if parse(text)["data"][path.name] != content:
             raise TranslationError(f"{path.name}: the ConfigMap does not hold it byte for byte")
         out[f"base/dashboard-{short}.yaml"] = text
     return out
@@ -709,7 +716,8 @@ KPS_KUSTOMIZATION = """\
 # sglang-obs on kube-prometheus-stack (docs/kubernetes.md): the base in the stack's namespace,
 # labelled with the Helm release the stack's Prometheus selects rules and monitors by.
 # Another release name or namespace: change them here (or in an overlay of your own).
-# receivers-secret.example.yaml is deliberately not listed: the Secret is yours.
+# receivers-secret.example.yaml is deliberately not listed: the Secret is yours. helm-values.yaml
+# is for Helm, not kubectl.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: monitoring
@@ -719,6 +727,35 @@ labels:
   - pairs:
       release: kube-prometheus-stack
     includeSelectors: false    # metadata only: the PodMonitors' selectors stay as they are
+"""
+
+HELM_VALUES = """\
+# Helm values sglang-obs needs from kube-prometheus-stack (76.0.0 or later: prometheus-operator
+# 0.84+), merged into yours (docs/kubernetes.md):
+#   helm upgrade --install kube-prometheus-stack prometheus-community/kube-prometheus-stack \\
+#     -n monitoring --create-namespace --reuse-values \\
+#     -f deploy/kubernetes/overlays/kube-prometheus-stack/helm-values.yaml
+# Not a Kubernetes object: no kustomization lists it.
+alertmanager:
+  alertmanagerSpec:
+    # prometheus-operator adds namespace="<its namespace>" to an AlertmanagerConfig's route and
+    # inhibit rules. The rules aggregate by instance, so most alerts carry no namespace and
+    # would never match. With this strategy an AlertmanagerConfig in the Alertmanager's own
+    # namespace (ours: the overlay puts it in monitoring) sees every alert; the route's own
+    # matcher keeps it to sglang-obs's alerts. Other namespaces' configs stay namespaced.
+    alertmanagerConfigMatcherStrategy:
+      type: OnNamespaceExceptForAlertmanagerNamespace
+prometheus:
+  prometheusSpec:
+    # The `cluster` label the Alertmanager routes group by: an external label, added to alerts
+    # and remote-written series, never stored by the exporter or the rules.
+    # externalLabels:
+    #   cluster: my-cluster
+    # Long-term storage, several clusters: Mimir, Thanos Receive (docs/kubernetes.md).
+    # remoteWrite:
+    #   - url: https://mimir.example.com/api/v1/push
+    #     headers:
+    #       X-Scope-OrgID: my-tenant
 """
 
 EXAMPLE_KUSTOMIZATION = f"""\
@@ -761,6 +798,7 @@ def files() -> dict[str, str]:
         **base,
         "base/kustomization.yaml": BASE_KUSTOMIZATION.format(resources=listing),
         "overlays/kube-prometheus-stack/kustomization.yaml": KPS_KUSTOMIZATION,
+        "overlays/kube-prometheus-stack/helm-values.yaml": HELM_VALUES,
         "overlays/kube-prometheus-stack/receivers-secret.example.yaml":
             receivers_secret(am_config),
         "overlays/example/kustomization.yaml": EXAMPLE_KUSTOMIZATION,
@@ -776,7 +814,7 @@ def files() -> dict[str, str]:
     for path, text in out.items():
         if not text.startswith("# GENERATED"):
             out[path] = header + text
-        yaml.safe_load(out[path])  # every file parses
+        parse(out[path])  # every file parses
     return dict(sorted(out.items()))
 
 
