@@ -394,8 +394,8 @@ def test_kubernetes_rule_test_series_carry_the_labels_the_podmonitors_give():
                 continue
             raw = {k.removeprefix("exported_"): v for k, v in labels.items()
                    if k not in target}
-            assert {**scrape(target, {"__name__": name, **raw}, endpoint)} == {
-                "__name__": name, **labels}, item["series"]
+            stored = scrape(target, {"__name__": name, **raw}, endpoint)
+            assert stored == {"__name__": name, **labels}, item["series"]
             seen += 1
     assert seen > 10
 

@@ -54,8 +54,11 @@ SGLANG_PORT_NAME = "sglang"
 EXPORTER_PORT_NAME = "sglang-obs"
 SGLANG_PORT = 30000
 EXPORTER_PORT = 9840
-# The jobs of prometheus.yml that become PodMonitors: job name -> container port name.
-JOB_PORTS = {"sglang": SGLANG_PORT_NAME, "sglang-obs": EXPORTER_PORT_NAME}
+# The jobs of prometheus.yml that become PodMonitors, named as the rules select them
+# (thresholds.yml `selectors:`): job name -> container port name.
+SELECTORS = yaml.safe_load(THRESHOLDS.read_text())["selectors"]
+SGLANG_JOB, EXPORTER_JOB = SELECTORS["sglang_job"], SELECTORS["exporter_job"]
+JOB_PORTS = {SGLANG_JOB: SGLANG_PORT_NAME, EXPORTER_JOB: EXPORTER_PORT_NAME}
 # Receivers' webhook URLs live in this Secret (created by the user, never committed).
 RECEIVER_SECRET = "sglang-obs-receivers"
 IMAGE = "sglang-obs"  # as docker-compose.yml; the example overlay maps it to a registry
@@ -195,11 +198,11 @@ def exporter_emitted() -> dict[str, str]:
 def kubernetes_relabelings(job: str) -> list[dict]:
     """Target relabelings Kubernetes needs beyond prometheus.yml's, after the operator's own."""
     rules: list[dict] = [{"targetLabel": "job", "replacement": job}]
-    if job == "sglang-obs":
+    if job == EXPORTER_JOB:
         # `host` is the node: the GPU DaemonSet and the sidecars of one node share it, as the
         # exporter of one host does in compose (GPULost inhibits SGLangServerDown on it).
         rules.append({"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "host"})
-    clash = exporter_emitted() if job == "sglang-obs" else SGLANG_EMITTED
+    clash = exporter_emitted() if job == EXPORTER_JOB else SGLANG_EMITTED
     if clash:
         rules.append({"action": "labeldrop", "regex": "|".join(sorted(clash))})
     return rules
