@@ -22,6 +22,7 @@ generate: $(VENV)/.installed
 	$(PY) grafana/dashboards/generate.py
 	$(PY) -m sglang_obs.generate.examples
 	$(PY) -m sglang_obs.generate.readme
+	$(PY) -m sglang_obs.generate.kubernetes
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py

@@ -3,6 +3,7 @@
     sglang-obs alert-sink [--listen 127.0.0.1:9095] [--log-file alerts.jsonl] [--timeout S]
     sglang-obs rules [--check]          regenerate prometheus/rules (and docs/runbooks.md's blocks)
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
+    sglang-obs kubernetes [--check] [--out DIR]   regenerate deploy/kubernetes (docs/kubernetes.md)
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
     sglang-obs render-dashboard --scenario NAME [--dashboard NAME|JSON...] --out PNG|DIR
     sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
@@ -76,6 +77,12 @@ def build_parser() -> OneLineParser:
         "rules", help="regenerate prometheus/rules/*.yml from thresholds.yml, and in a checkout "
         "the blocks of docs/runbooks.md that quote them")
     rules.add_argument("--check", action="store_true", help="fail if any of them is stale")
+    kube = sub.add_parser(
+        "kubernetes", help="regenerate deploy/kubernetes/ (PrometheusRules, PodMonitors, "
+        "AlertmanagerConfig, dashboard ConfigMaps) from the configuration folder")
+    kube.add_argument("--check", action="store_true", help="fail if any file is stale")
+    kube.add_argument("--out", metavar="DIR",
+                      help="write here instead of the checkout's deploy/kubernetes")
     detection = sub.add_parser("detection", help="regenerate docs/detection.md")
     detection.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                            help="only these (printed, not written)")
@@ -199,6 +206,11 @@ def _run(args: argparse.Namespace) -> int:
         from sglang_obs.generate import rules as rules_module
 
         return rules_module.main(["--check"] if args.check else [])
+    if args.command == "kubernetes":
+        from sglang_obs.generate import kubernetes as kubernetes_module
+
+        return kubernetes_module.main((["--check"] if args.check else [])
+                                      + (["--out", args.out] if args.out else []))
     return _alert_sink(args)
 
 
