@@ -4,9 +4,11 @@
     sglang-obs rules [--check]          regenerate prometheus/rules (and docs/runbooks.md's blocks)
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
+    sglang-obs analyze-requests FILE|DIR... [--json] [--csv OUT] [--top N]
     sglang-obs render-dashboard --scenario NAME [--dashboard JSON] --out PNG
     sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
     sglang-obs snapshot --prometheus URL --from T --to T [--instance I...] --out DIR
+                        [--request-metrics-dir DIR]
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ def _listen(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
     return host or "0.0.0.0", int(port)  # noqa: S104 - the compose service listens on all
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 10000, got {text!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     analyze.add_argument("--json", action="store_true",
                          help="print a machine-readable document (docs/log-analysis.md)")
     analyze.add_argument("--csv-per-minute", metavar="OUT", help="write a per-minute CSV table")
+    requests = sub.add_parser(
+        "analyze-requests", help="latency by prompt length and the slowest requests, from "
+        "SGLang's --export-metrics-to-file records (plain or gzipped, or their directory)")
+    requests.add_argument("files", nargs="+", metavar="FILE",
+                          help="record files, oldest first, or a directory of hourly files")
+    requests.add_argument("--json", action="store_true",
+                          help="print a machine-readable document (docs/request-records.md)")
+    requests.add_argument("--csv", metavar="OUT", help="write a per-minute CSV table by class")
+    requests.add_argument("--top", type=_count, default=10, metavar="N",
+                          help="how many of the slowest requests to list (10)")
     render = sub.add_parser(
         "render-dashboard", help="draw a dashboard's panels for a simulator scenario (PNG)")
     render.add_argument("--scenario", required=True, help="simulator scenario name or YAML")
@@ -84,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     snap.add_argument("--instance", action="append", help="only this server (host:port)")
     snap.add_argument("--step", type=float, default=15.0, help="seconds between rows (15)")
     snap.add_argument("--out", required=True, help="folder to write the pack into")
+    snap.add_argument("--request-metrics-dir", metavar="DIR",
+                      help="SGLang's --export-metrics-to-file directory (or a copy): add the "
+                      "slowest requests of the window to the pack")
     args = parser.parse_args(argv)
     try:  # resolved before any command module is imported: they read the folder at import
         os.environ[config_dir.ENV] = str(config_dir.resolve(args.config_dir))
@@ -104,7 +125,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         try:
             summary = take(args.prometheus, args.start, args.end, Path(args.out),
-                           args.instance, args.step)
+                           args.instance, args.step, args.request_metrics_dir)
         except SnapshotError as err:
             print(f"sglang-obs snapshot: {err}", file=sys.stderr)
             return 2
@@ -139,6 +160,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from sglang_obs.tools import analyze_log
 
         return analyze_log.main(args.files, args.json, args.csv_per_minute)
+    if args.command == "analyze-requests":
+        from sglang_obs.tools import analyze_requests
+
+        return analyze_requests.main(args.files, args.json, args.csv, args.top)
     logging.basicConfig(level="INFO", format="ts=%(asctime)s level=%(levelname)s msg=%(message)s")
 
     if args.command == "alert-sink":

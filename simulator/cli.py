@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.simulator.profiles import ALIASES
+from sglang_obs.simulator.profiles import ALIASES, profile
+from sglang_obs.simulator.records import RecordFiles, RecordSink
 from sglang_obs.simulator.render import render, write_openmetrics, write_promtool_series
 from sglang_obs.simulator.server import LogSink, SimServer
 from sglang_obs.simulator.simulation import Simulation
@@ -66,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also append scheduler log lines to this file")
     serve.add_argument("--no-stdout-log", action="store_true",
                        help="do not print scheduler log lines on stdout")
+    serve.add_argument("--request-metrics-dir", type=Path, metavar="DIR",
+                       help="also write per-request records into DIR as SGLang's "
+                       "--export-metrics-to-file does (hourly sglang-request-metrics-"
+                       "YYYYMMDD_HH.log files; releases 0.5.6+)")
     serve.add_argument("--gpu-feed", action="store_true",
                        help="serve the scenario's simulated GPU readings at /sim/gpu (for the "
                        "exporter's simulator-only NVML source)")
@@ -85,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="unix time of the first sample (default: so the last one is now)")
     rend.add_argument("--instance", default="sglang:30000",
                       help="instance label of the simulated server (default sglang:30000)")
+    rend.add_argument("--request-metrics-dir", type=Path, metavar="DIR",
+                      help="also write the scenario's per-request records into DIR as SGLang's "
+                      "hourly files (releases 0.5.6+)")
     rend.add_argument("--format", default="openmetrics,promtool",
                       help="comma list of openmetrics, promtool, log (default "
                       "openmetrics,promtool)")
@@ -127,8 +135,12 @@ def _serve(args, sc, parser) -> int:
         streams.append(log_file)
     release = args.release or sc.release
     sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, streams)
-    sim = Simulation(sc, release, start_ts=time.time() - args.start_at, on_event=sink,
-                     loop=not args.once)
+    start_ts = time.time() - args.start_at
+    records = _record_files(args, sc, parser)
+    on_request = (RecordSink(profile(release), sc.server, start_ts, sc.seed, [records.write])
+                  if records else None)
+    sim = Simulation(sc, release, start_ts=start_ts, on_event=sink, loop=not args.once,
+                     on_request=on_request)
     if args.start_at > 0:
         sim.advance(args.start_at)
     server = SimServer(sim, args.host, args.port, speed=args.speed,
@@ -149,7 +161,24 @@ def _serve(args, sc, parser) -> int:
         server.stop()
         if log_file:
             log_file.close()
+        if records:
+            records.close()
     return 0
+
+
+def _record_files(args, sc, parser) -> RecordFiles | None:
+    """--request-metrics-dir as the release allows: a usage error where it has no records."""
+    if not args.request_metrics_dir:
+        return None
+    release = profile(args.release or sc.release)
+    if release.request_records is None:
+        parser.error(f"--request-metrics-dir: SGLang {release.release} writes no request "
+                     "records (--export-metrics-to-file is 0.5.6+); give --release 0.5.12 or "
+                     "0.5.23")
+    try:
+        return RecordFiles(args.request_metrics_dir)
+    except OSError as err:
+        parser.error(f"--request-metrics-dir: {err}")
 
 
 def _render(args, sc, parser) -> int:
@@ -170,8 +199,12 @@ def _render(args, sc, parser) -> int:
         release = args.release or sc.release
         sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, [])
         sink.streams = [_ListStream(lines)]
+    records = _record_files(args, sc, parser)  # refused early on a release without records
+    if records:
+        records.close()
     rendered = render(sc, args.release, start=start, step=args.step,
-                      poll_interval=args.poll_interval, instance=args.instance, on_event=sink)
+                      poll_interval=args.poll_interval, instance=args.instance, on_event=sink,
+                      request_metrics_dir=args.request_metrics_dir)
     written = []
     if "openmetrics" in formats:
         path = args.out / f"{sc.name}.om.txt"
@@ -189,6 +222,8 @@ def _render(args, sc, parser) -> int:
           f"{args.step:g}s from {start:.0f}")
     for path in written:
         print(f"  {path}")
+    if args.request_metrics_dir:
+        print(f"  {args.request_metrics_dir}/sglang-request-metrics-*.log")
     return 0
 
 

@@ -364,16 +364,47 @@ def charts(data: dict, out: Path) -> list[str]:
     return written
 
 
-def take(prometheus_url: str, start: str, end: str, out: Path,
-         instances: list[str] | None = None, step: float = 15.0) -> dict:
+def requests_section(directory: str, window: Window, top: int = 10) -> dict:
+    """The request records of `directory` that finished in the window: the by-class table and
+    the slowest `top` (sglang_obs.tools.analyze_requests; numbers and safe ids only)."""
+    from sglang_obs.tools import analyze_requests  # noqa: PLC0415
+
     try:
-        return _take(prometheus_url, start, end, out, instances, step)
+        result = analyze_requests.analyze([directory], top=top, start=window.start,
+                                          end=window.end)
+    except analyze_requests.UnreadableLog as err:
+        raise SnapshotError(f"--request-metrics-dir {err}") from None
+    doc = result.document()
+    return {"directory": directory, "records": doc["records"], "rejected": doc["rejected"],
+            "outside_window": result.outside, "classes": doc["classes"],
+            "slowest": doc["slowest"]}
+
+
+def requests_report(section: dict) -> list[str]:
+    from sglang_obs.tools import analyze_requests  # noqa: PLC0415
+
+    lines = ["## Slowest requests in this window", "",
+             f"{section['records']:,} request records finished in the window "
+             f"(`{section['directory']}`); prefill = TTFT - queue, decode = e2e - TTFT.", ""]
+    if not section["records"]:
+        return [*lines, "None: no record of the directory finished in this window.", ""]
+    doc = {"classes": section["classes"]}
+    return [*lines, "```", *analyze_requests.class_table(doc), "",
+            *analyze_requests.slowest_table(section["slowest"]), "```", ""]
+
+
+def take(prometheus_url: str, start: str, end: str, out: Path,
+         instances: list[str] | None = None, step: float = 15.0,
+         request_metrics_dir: str | None = None) -> dict:
+    try:
+        return _take(prometheus_url, start, end, out, instances, step, request_metrics_dir)
     except PrometheusError as err:
         raise SnapshotError(str(err)) from None
 
 
 def _take(prometheus_url: str, start: str, end: str, out: Path,
-          instances: list[str] | None, step: float) -> dict:
+          instances: list[str] | None, step: float,
+          request_metrics_dir: str | None = None) -> dict:
     now = time.time()
     window = Window(parse_time(start, now), parse_time(end, now), step)
     prom = Prometheus(prometheus_url)
@@ -392,7 +423,12 @@ def _take(prometheus_url: str, start: str, end: str, out: Path,
     out.mkdir(parents=True, exist_ok=True)
     write_csv(data, out / "series.csv")
     summary = summarize(prom, data, window)
+    if request_metrics_dir:
+        summary["requests"] = requests_section(request_metrics_dir, window)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     names = charts(data, out)
-    (out / "report.md").write_text(report(summary, names))
+    text = report(summary, names)
+    if request_metrics_dir:
+        text += "\n" + "\n".join(requests_report(summary["requests"]))
+    (out / "report.md").write_text(text)
     return summary
