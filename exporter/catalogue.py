@@ -492,6 +492,14 @@ LABEL_VALUES_SECTION = [
 ]
 
 
+def request_series_per_server() -> int:
+    """Series one followed request-record directory adds (tests/test_request_records.py counts
+    a real exposition against it)."""
+    per_class = len(FINISH_REASONS) + 2  # finished by reason, prompt and cached tokens
+    per_class += sum(len(b) + 3 for b in (TTFT_BOUNDS, QUEUE_BOUNDS, E2E_BOUNDS, TPOT_BOUNDS))
+    return 4 + len(PROMPT_CLASSES) * per_class  # + up, records, rotations, last finished
+
+
 def render_markdown() -> str:
     lines = [
         "# Exporter metrics",
@@ -508,6 +516,11 @@ def render_markdown() -> str:
             labels = ", ".join(f"`{label}`" for label in spec.labels) or "—"
             lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
         lines.append("")
+    lines += [f"Request records are opt-in (`--sglang.request-metrics-dir`): "
+              f"{request_series_per_server()} series per followed server (every prompt class "
+              "and class x finish reason present from the start), plus one per reject reason "
+              "seen. Fields, releases and privacy: [request-records.md](request-records.md).",
+              ""]
     lines += LABEL_VALUES_SECTION
     lines += ["## Series removed or merged, and why", "",
               "Changes that carry the same facts in fewer series (each series is in the tables "
