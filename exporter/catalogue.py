@@ -519,7 +519,8 @@ def render_markdown() -> str:
     lines += [f"Request records are opt-in (`--sglang.request-metrics-dir`): "
               f"{request_series_per_server()} series per followed server (every prompt class "
               "and class x finish reason present from the start; the last-finished time from "
-              "the first timed record), plus one per reject reason seen. Fields, releases and privacy: [request-records.md](request-records.md).",
+              "the first timed record), plus one per reject reason seen. Fields, releases and "
+              "privacy: [request-records.md](request-records.md).",
               ""]
     lines += LABEL_VALUES_SECTION
     lines += ["## Series removed or merged, and why", "",

@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable
 
 from sglang_obs.exporter.log_follow import FileFollower
-from sglang_obs.exporter.request_records import MAX_RECORD_BYTES, RequestStats
-from sglang_obs.exporter.sglang_log import LineReader
+from sglang_obs.exporter.request_records import MAX_RECORD_BYTES, RecordReader, RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class _RecordFile(FileFollower):
 
     def __init__(self, path: str, stats: RequestStats, at_end: bool):
         super().__init__(path, stats, read_history=False)
-        self._lines = LineReader(MAX_RECORD_BYTES)
+        self._lines = RecordReader(MAX_RECORD_BYTES)  # cuts records without their prompts
         self._at_end_on_open = at_end
 
     def _set(self, up: bool, state: str) -> bool:
@@ -57,7 +56,7 @@ class _RecordFile(FileFollower):
             self.stats.reject("too_long", self._lines.too_long - before)
         n = 0
         for line in lines:
-            if line.strip():
+            if line and not line.isspace():  # blank lines are not records (nor rejected)
                 self.stats.feed_line(line)
                 n += 1
         return n

@@ -66,6 +66,8 @@ TIMING_0_5_6 = ("request_sent_to_scheduler_ts", "prefill_finished_ts", "decode_f
 TIMING_LATER = ("api_server_dispatch_finish_ts", "request_finished_ts", "forward_entry_time",
                 "prefill_finished_time", "prefill_waiting_latency")
 
+_TIMING_0_5_6 = frozenset(TIMING_0_5_6)
+_TIMING_LATER = frozenset(TIMING_LATER)
 _PREFIX = b'{"request_parameters": "'
 _ID_KEY = b'", "id": '
 _SGLANG_RID = re.compile(r"[0-9a-f]{32}"
@@ -124,30 +126,64 @@ class Record:
                                                           0.0)
 
 
-def _number(obj: dict, key: str, *, integer: bool = False, required: bool = False,
-            duration: bool = False, timestamp: bool = False) -> float | int | None:
-    value = obj.get(key)
+_INF = math.inf
+
+
+def _missing(required: bool) -> None:
+    if required:
+        raise Rejected("missing_field")
+
+
+def _tokens(value: object, required: bool = False) -> int | None:
+    """A token count: an int (a bool or a float is not one), 0 to MAX_TOKENS."""
     if value is None:
-        if required:
-            raise Rejected("missing_field")
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _missing(required)
+    if type(value) is not int:
         raise Rejected("wrong_type")
-    if integer and not isinstance(value, int):
-        raise Rejected("wrong_type")
-    if not math.isfinite(value):
-        raise Rejected("not_finite")
-    if value < 0 and (integer or duration):
+    if value < 0:
         raise Rejected("negative")
-    if (integer and value > MAX_TOKENS or duration and value > MAX_SECONDS
-            or timestamp and not 0 <= value <= MAX_TIMESTAMP):
+    if value > MAX_TOKENS:
         raise Rejected("out_of_range")
     return value
 
 
+def _real(value: object) -> float:
+    kind = type(value)
+    if kind is not float and kind is not int:  # a bool, a string, a list: not a number
+        raise Rejected("wrong_type")
+    if value != value or value == _INF or value == -_INF:
+        raise Rejected("not_finite")
+    return value
+
+
+def _duration(value: object, required: bool = False) -> float | None:
+    """Seconds: a finite number, 0 to MAX_SECONDS."""
+    if value is None:
+        return _missing(required)
+    value = _real(value)
+    if value < 0:
+        raise Rejected("negative")
+    if value > MAX_SECONDS:
+        raise Rejected("out_of_range")
+    return float(value)
+
+
+def _timestamp(value: object) -> float | None:
+    """Unix seconds, 0 to MAX_TIMESTAMP."""
+    if value is None:
+        return None
+    value = _real(value)
+    if not 0 <= value <= MAX_TIMESTAMP:
+        raise Rejected("out_of_range")
+    return float(value)
+
+
+_KNOWN_REASONS = frozenset(FINISH_REASONS[:3])
+
+
 def _finish_reason(value: object) -> str:
-    kind = value.get("type") if isinstance(value, dict) else value
-    return kind if isinstance(kind, str) and kind in FINISH_REASONS[:3] else "other"
+    kind = value.get("type") if type(value) is dict else value
+    return kind if type(kind) is str and kind in _KNOWN_REASONS else "other"
 
 
 def _load(line: bytes) -> dict:
@@ -174,6 +210,78 @@ def _load(line: bytes) -> dict:
     return obj
 
 
+class RecordReader:
+    """Cuts a byte stream, fed in chunks of any size, into records, as the scheduler log's
+    LineReader cuts lines (same methods; a line over `max_line` is skipped whole, up to its
+    newline however far, and counted in `too_long`), but without copying what the exporter
+    never reads: of a line in SGLang's layout only `{"request_parameters": "` and its
+    meta_info (from the last `", "id": `) are handed out, as a record whose request_parameters
+    is empty. The prompt's bytes stay in the chunk they were read into; a long-context record
+    costs no more to cut than a short one. A line split across two chunks is kept whole until
+    its newline (at most `max_line` bytes)."""
+
+    __slots__ = ("max_line", "too_long", "_partial", "_skipping")
+
+    def __init__(self, max_line: int = MAX_RECORD_BYTES):
+        self.max_line = max_line
+        self.too_long = 0
+        self._partial = bytearray()
+        self._skipping = False
+
+    def reset(self) -> None:
+        self._partial.clear()
+        self._skipping = False
+
+    def skip_to_newline(self) -> None:
+        self._partial.clear()
+        self._skipping = True
+
+    @staticmethod
+    def _compact(buf: bytes, start: int, end: int) -> bytes:
+        if buf.startswith(_PREFIX, start):
+            cut = buf.rfind(_ID_KEY, start + len(_PREFIX), end)
+            if cut >= 0:
+                return _PREFIX + buf[cut:end]
+        return buf[start:end]
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        start, size = 0, len(chunk)
+        if self._skipping or self._partial:
+            newline = chunk.find(b"\n")
+            if newline < 0:  # the whole chunk continues the unfinished line
+                if not self._skipping:
+                    if len(self._partial) + size > self.max_line:
+                        self._partial.clear()
+                        self._skipping = True
+                        self.too_long += 1
+                    else:
+                        self._partial += chunk
+                return out
+            if self._skipping:
+                self._skipping = False
+            elif len(self._partial) + newline > self.max_line:
+                self.too_long += 1
+            else:
+                line = bytes(self._partial) + chunk[:newline]
+                out.append(self._compact(line, 0, len(line)))
+            self._partial.clear()
+            start = newline + 1
+        while (newline := chunk.find(b"\n", start)) >= 0:
+            if newline - start > self.max_line:
+                self.too_long += 1
+            elif newline > start:
+                out.append(self._compact(chunk, start, newline))
+            start = newline + 1
+        if start < size:
+            if size - start > self.max_line:
+                self._skipping = True
+                self.too_long += 1
+            else:
+                self._partial += chunk[start:]
+        return out
+
+
 def parse_record(line: bytes | str, *, keep_id: bool = False,
                  read_params: bool = False) -> Record | str:
     """A Record, or the reason (a key of REJECT_REASONS) it cannot be used. Never raises.
@@ -186,7 +294,9 @@ def parse_record(line: bytes | str, *, keep_id: bool = False,
             line = line.encode("utf-8", "surrogatepass")
         if len(line) > MAX_RECORD_BYTES:
             return "too_long"
-        return _parse(line.strip(), keep_id, read_params)
+        if line[:1].isspace() or line[-1:].isspace():  # a copy only when there is any
+            line = line.strip()
+        return _parse(line, keep_id, read_params)
     except Rejected as r:
         return r.reason
     except Exception:  # a reader of hostile input must survive anything
@@ -197,26 +307,29 @@ def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
     obj = json.loads(line) if read_params else _load(line)
     if not isinstance(obj, dict):
         raise Rejected("not_json")
-    params = obj.get("request_parameters")
-    if not isinstance(params, str):
+    get = obj.get
+    params = get("request_parameters")
+    if type(params) is not str:
         raise Rejected("unknown_release")
-    old = any(k in obj for k in TIMING_0_5_6)
-    later = any(k in obj for k in TIMING_LATER)
+    old = not _TIMING_0_5_6.isdisjoint(obj)
+    later = not _TIMING_LATER.isdisjoint(obj)
     if old and later:
         raise Rejected("unknown_release")
     release = "0.5.6" if old else "later" if later else "untimed"
-    prompt = int(_number(obj, "prompt_tokens", integer=True, required=True))
-    e2e = float(_number(obj, "e2e_latency", required=True, duration=True))
-    completion = int(_number(obj, "completion_tokens", integer=True) or 0)
-    cached = int(_number(obj, "cached_tokens", integer=True) or 0)
+    prompt = _tokens(get("prompt_tokens"), required=True)
+    e2e = _duration(get("e2e_latency"), required=True)
+    completion = _tokens(get("completion_tokens")) or 0
+    cached = _tokens(get("cached_tokens")) or 0
     if cached > prompt:
         raise Rejected("out_of_range")
-    queue = _number(obj, "queue_time", duration=True)
-    received = _number(obj, "request_received_ts", timestamp=True)
-    first_key, finished_key = (("prefill_finished_ts", "decode_finished_ts") if old else
-                               ("prefill_finished_time", "request_finished_ts"))
-    first = _number(obj, first_key, timestamp=True)
-    finished = _number(obj, finished_key, timestamp=True)
+    queue = _duration(get("queue_time"))
+    received = _timestamp(get("request_received_ts"))
+    if old:
+        first, finished = (_timestamp(get("prefill_finished_ts")),
+                           _timestamp(get("decode_finished_ts")))
+    else:
+        first, finished = (_timestamp(get("prefill_finished_time")),
+                           _timestamp(get("request_finished_ts")))
     ttft = None
     if received is not None and first is not None:
         ttft = first - received
@@ -227,20 +340,18 @@ def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
         ttft = min(ttft, e2e)
     if queue is not None and ttft is not None and queue > ttft * 1.01 + 0.05:
         raise Rejected("out_of_range")
-    reason = _finish_reason(obj.get("finish_reason"))
+    reason = _finish_reason(get("finish_reason"))
     tpot = None
-    if ttft is not None and completion > 1 and reason in ("stop", "length"):
+    if ttft is not None and completion > 1 and (reason == "stop" or reason == "length"):
         tpot = (e2e - ttft) / (completion - 1)
     if finished is None and received is not None:
         finished = received + e2e
     max_new = None
     if read_params and len(params) <= MAX_PARAMS_CHARS:
         max_new = _max_new_tokens(params)
-    return Record(prompt, completion, cached, e2e, ttft, None if queue is None else float(queue),
-                  tpot, reason, prompt_class(prompt),
-                  None if received is None else float(received),
-                  None if finished is None else float(finished), release,
-                  safe_request_id(obj.get("id")) if keep_id else None, max_new)
+    return Record(prompt, completion, cached, e2e, ttft, queue, tpot, reason,
+                  prompt_class(prompt), received, finished, release,
+                  safe_request_id(get("id")) if keep_id else None, max_new)
 
 
 def _max_new_tokens(params: str) -> int | None:

@@ -19,6 +19,7 @@ from sglang_obs.exporter.request_records import (
     PROMPT_CLASSES,
     REJECT_REASONS,
     Record,
+    RecordReader,
     RequestStats,
     parse_record,
     prompt_class,
@@ -302,3 +303,31 @@ def test_a_rejection_is_logged_once_per_reason_without_the_record(caplog):
     assert len(warnings) == 2
     assert all("/srv/records" in w and MARKER not in w for w in warnings)
     assert stats.snapshot().rejected == {"not_json": 50, "negative": 50}
+
+
+def test_the_record_reader_parses_as_whole_lines_would_in_any_chunking():
+    """RecordReader hands out records without their request_parameters: whatever the chunk
+    boundaries, the parsed records (and the too-long count) are those of whole lines."""
+    rng = random.Random(11)
+    lines = [json.dumps(later(prompt_tokens=rng.randint(1, 200000),
+                              request_parameters=json.dumps({"text": MARKER * rng.randint(
+                                  0, 2000)}))) for _ in range(40)]
+    lines += [json.dumps(old()), f"garbage {MARKER}", "", "  ", "{" * 50,
+              '{"request_parameters": "", "id": 1, "prompt_tokens": 1, "e2e_latency": 1}',
+              '{"request_parameters": "x", "prompt_tokens": 2, "e2e_latency": 1}']
+    rng.shuffle(lines)
+    huge = "x" * 5000
+    stream = ("\n".join(lines[:20] + [huge] + lines[20:]) + "\n").encode()
+    expected = [parse_record(line.encode()) for line in lines if line and not line.isspace()]
+    for _ in range(30):
+        reader = RecordReader(max_line=4096)
+        got, i = [], 0
+        while i < len(stream):
+            step = rng.choice((1, 7, 100, 4095, 4096, 4097, 10_000, 100_000))
+            got += [parse_record(line) for line in reader.feed(stream[i:i + step])
+                    if line and not line.isspace()]
+            i += step
+        assert got == [
+            e for e, line in zip(expected, [x for x in lines if x and not x.isspace()],
+                                 strict=True) if len(line) <= 4096]
+        assert reader.too_long == 1 + sum(len(x) > 4096 for x in lines)
