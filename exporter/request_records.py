@@ -66,8 +66,7 @@ TIMING_0_5_6 = ("request_sent_to_scheduler_ts", "prefill_finished_ts", "decode_f
 TIMING_LATER = ("api_server_dispatch_finish_ts", "request_finished_ts", "forward_entry_time",
                 "prefill_finished_time", "prefill_waiting_latency")
 
-_TIMING_0_5_6 = frozenset(TIMING_0_5_6)
-_TIMING_LATER = frozenset(TIMING_LATER)
+_SCAN = json.JSONDecoder().scan_once
 _PREFIX = b'{"request_parameters": "'
 _ID_KEY = b'", "id": '
 _SGLANG_RID = re.compile(r"[0-9a-f]{32}"
@@ -194,11 +193,14 @@ def _load(line: bytes) -> dict:
     if line.startswith(_PREFIX):
         cut = line.rfind(_ID_KEY)
         if cut >= len(_PREFIX):
-            try:
-                obj = json.loads(b"{" + line[cut + 3:])
-            except (ValueError, RecursionError):
+            try:  # json's own scanner, without json.loads' wrapping (a third of the cost)
+                text = "{" + line[cut + 3:].decode("utf-8")
+                obj, end = _SCAN(text, 0)
+                if end != len(text) and not text[end:].isspace():
+                    obj = None
+            except (ValueError, StopIteration, RecursionError):
                 obj = None
-            if isinstance(obj, dict):
+            if type(obj) is dict:
                 obj["request_parameters"] = ""  # a string, left unread
                 return obj
     try:
@@ -311,8 +313,11 @@ def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
     params = get("request_parameters")
     if type(params) is not str:
         raise Rejected("unknown_release")
-    old = not _TIMING_0_5_6.isdisjoint(obj)
-    later = not _TIMING_LATER.isdisjoint(obj)
+    old = ("prefill_finished_ts" in obj or "decode_finished_ts" in obj
+           or "request_sent_to_scheduler_ts" in obj or "prefill_launch_delay" in obj)
+    later = ("prefill_finished_time" in obj or "request_finished_ts" in obj
+             or "forward_entry_time" in obj or "api_server_dispatch_finish_ts" in obj
+             or "prefill_waiting_latency" in obj)
     if old and later:
         raise Rejected("unknown_release")
     release = "0.5.6" if old else "later" if later else "untimed"
@@ -422,6 +427,11 @@ class RequestStats:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
+    def __post_init__(self):
+        self._by_class = {c: tuple(self._hist[(c, name)] for name in ("e2e", "ttft", "queue",
+                                                                       "tpot"))
+                          for c in PROMPT_CLASSES}
+
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
@@ -439,19 +449,23 @@ class RequestStats:
         return True
 
     def add(self, r: Record) -> None:
+        c = r.prompt_class
+        e2e, ttft, queue, tpot = self._by_class[c]
         with self._lock:
             self.records += 1
-            c = r.prompt_class
             self._finished[(c, r.finish_reason)] += 1
             self._prompt[c] += r.prompt_tokens
             self._cached[c] += r.cached_tokens
-            self._hist[(c, "e2e")].observe(r.e2e_seconds)
-            for name, value in (("ttft", r.ttft_seconds), ("queue", r.queue_seconds),
-                                ("tpot", r.tpot_seconds)):
-                if value is not None:
-                    self._hist[(c, name)].observe(value)
-            if r.finished_at is not None:
-                self.last_finished_at = max(self.last_finished_at or 0.0, r.finished_at)
+            e2e.observe(r.e2e_seconds)
+            if r.ttft_seconds is not None:
+                ttft.observe(r.ttft_seconds)
+            if r.queue_seconds is not None:
+                queue.observe(r.queue_seconds)
+            if r.tpot_seconds is not None:
+                tpot.observe(r.tpot_seconds)
+            at = r.finished_at
+            if at is not None and (self.last_finished_at is None or at > self.last_finished_at):
+                self.last_finished_at = at
 
     def reject(self, reason: str, n: int = 1) -> None:
         with self._lock:
