@@ -18,6 +18,8 @@ from sglang_obs.exporter.request_records import (
     PROMPT_CLASS_BOUNDS,
     PROMPT_CLASSES,
     REJECT_REASONS,
+    TIMING_0_5_6,
+    TIMING_LATER,
     Record,
     RecordReader,
     RequestStats,
@@ -331,3 +333,14 @@ def test_the_record_reader_parses_as_whole_lines_would_in_any_chunking():
             e for e, line in zip(expected, [x for x in lines if x and not x.isspace()],
                                  strict=True) if len(line) <= 4096]
         assert reader.too_long == 1 + sum(len(x) > 4096 for x in lines)
+
+
+def test_each_timing_field_marks_its_release():
+    untimed = {"request_parameters": "{}", "id": "x", "prompt_tokens": 5, "e2e_latency": 1.0}
+    for key in TIMING_0_5_6:
+        value = 0.001 if key.endswith("delay") else T0
+        assert parse({**untimed, key: value}).release == "0.5.6", key
+    for key in TIMING_LATER:
+        value = 0.001 if key.endswith("latency") else T0
+        assert parse({**untimed, key: value}).release == "later", key
+    assert parse(untimed).release == "untimed"
