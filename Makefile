@@ -24,6 +24,7 @@ generate: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py
 	$(PY) bench/bench_log.py
+	$(PY) bench/bench_request_records.py --seconds 10 --repeats 1
 	$(PY) bench/bench_gpu.py
 
 $(VENV)/.installed: pyproject.toml constraints.txt

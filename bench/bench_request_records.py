@@ -8,7 +8,7 @@ thread (time.thread_time) is its cost, as a share of one core. Two record sizes:
 
   small  the simulator's records as written (a short fake prompt): about 1.3 KB a record;
   large  each record's request_parameters also holding a 2,000-token prompt's text and its
-         input_ids, as SGLang writes them without --log-requests: about 22 KB a record.
+         input_ids, as SGLang writes them without --log-requests: about 33 KB a record.
 
 With --exporter, the whole `sglang-exporter` process is measured too (its /proc CPU time), with
 the follower, the exposition re-rendered after every batch of records, and no SGLang server
