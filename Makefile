@@ -27,6 +27,7 @@ generate: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py
 	$(PY) bench/bench_log.py
+	$(PY) bench/bench_request_records.py --seconds 10 --repeats 1
 	$(PY) bench/bench_gpu.py
 	$(PY) bench/bench_status_page.py --rounds 5 --scrapes 20
 

@@ -18,6 +18,16 @@ from prometheus_client.core import (
 )
 
 from sglang_obs.exporter import labels
+from sglang_obs.exporter.request_records import (
+    E2E_BOUNDS,
+    FINISH_REASONS,
+    MAX_RECORD_BYTES,
+    PROMPT_CLASSES,
+    QUEUE_BOUNDS,
+    REJECT_REASONS,
+    TPOT_BOUNDS,
+    TTFT_BOUNDS,
+)
 from sglang_obs.exporter.sglang_exposition import (
     MAX_FULL_CHARS,
     MAX_FULL_LINES,
@@ -31,6 +41,8 @@ PREFIX = "sglang_obs_"
 # (see prometheus/prometheus.yml), so derived series join native ones on (instance, model_name).
 SERVER = ("server",)
 SERVER_MODEL = ("server", "model_name")
+# Request-record series: per server, model and prompt-length class (a fixed set of values).
+SERVER_MODEL_CLASS = ("server", "model_name", "prompt_class")
 # Container series carry the server they run (empty when not mapped), so they join on instance.
 CONTAINER = ("container", "server")
 GPU = ("gpu", "uuid")
@@ -78,6 +90,7 @@ def _m(name, kind, labels, help_, group):
 
 HEALTH = "Exporter health"
 LOG = "Scheduler log"
+REQUESTS = "Request records"
 CONTAINERS = "Containers"
 GPUS = "GPUs"
 LOAD = "Derived load signals"
@@ -209,6 +222,50 @@ METRICS: tuple[MetricSpec, ...] = (
        "Time of the last 'ready to roll' line (the last start).", LOG),
     _m("log_last_line_timestamp_seconds", "gauge", SERVER,
        "Time printed on the last parsed line (SGLang's local time read as this host's).", LOG),
+    # -- request records (exporter/request_follow.py, request_records.py) ---------------------
+    _m("request_source_up", "gauge", SERVER,
+       "1 if the --sglang.request-metrics-dir directory can be listed (with or without a record "
+       "file yet), else 0.", REQUESTS),
+    _m("request_records_total", "counter", SERVER,
+       "Request records read and used (one per finished request SGLang wrote since the "
+       "exporter started; records already in the newest file at start are not counted).",
+       REQUESTS),
+    _m("request_records_rejected_total", "counter", (*SERVER, "reason"),
+       "Records skipped, by reason: " + "; ".join(f"{k} ({v})" for k, v in
+                                                 REJECT_REASONS.items())
+       + f". too_long is over {MAX_RECORD_BYTES >> 20} MiB. A reason's series appears with "
+       "its first record.", REQUESTS),
+    _m("request_file_rotations_total", "counter", SERVER,
+       "New hourly record files followed, and truncations or replacements of the followed "
+       "one.", REQUESTS),
+    _m("request_last_finished_timestamp_seconds", "gauge", SERVER,
+       "Finish time of the latest record (request_finished_ts, decode_finished_ts, or "
+       "request_received_ts + e2e_latency); absent without --enable-metrics timing fields.",
+       REQUESTS),
+    _m("request_finished_total", "counter", (*SERVER_MODEL_CLASS, "finish_reason"),
+       "Finished requests by prompt-length class (" + ", ".join(PROMPT_CLASSES) + ") and "
+       "finish reason (" + ", ".join(FINISH_REASONS) + ": finish_reason.type, any other "
+       "value is other). model_name is the polled server's.", REQUESTS),
+    _m("request_prompt_tokens_total", "counter", SERVER_MODEL_CLASS,
+       "Prompt tokens of finished requests (prompt_tokens), by prompt-length class.", REQUESTS),
+    _m("request_cached_tokens_total", "counter", SERVER_MODEL_CLASS,
+       "Prompt tokens served from the prefix cache (cached_tokens), by prompt-length class: "
+       "cached share = rate(this) / rate(request_prompt_tokens_total).", REQUESTS),
+    _m("request_ttft_seconds", "histogram", SERVER_MODEL_CLASS,
+       "Time to first token per request by prompt-length class: prefill_finished_ts (0.5.6-"
+       "0.5.9) or prefill_finished_time (later) minus request_received_ts; records without "
+       "--enable-metrics timing have none. Buckets "
+       + ", ".join(f"{b:g}" for b in TTFT_BOUNDS) + " s.", REQUESTS),
+    _m("request_queue_time_seconds", "histogram", SERVER_MODEL_CLASS,
+       "Waiting-queue time per request (queue_time) by prompt-length class. Buckets "
+       + ", ".join(f"{b:g}" for b in QUEUE_BOUNDS) + " s.", REQUESTS),
+    _m("request_e2e_latency_seconds", "histogram", SERVER_MODEL_CLASS,
+       "End-to-end latency per request (e2e_latency) by prompt-length class. Buckets "
+       + ", ".join(f"{b:g}" for b in E2E_BOUNDS) + " s.", REQUESTS),
+    _m("request_time_per_output_token_seconds", "histogram", SERVER_MODEL_CLASS,
+       "Per request (e2e - TTFT) / (completion_tokens - 1), finish reason stop or length and "
+       "more than one output token (SGLang's request TPOT), by prompt-length class. Buckets "
+       + ", ".join(f"{b:g}" for b in TPOT_BOUNDS) + " s.", REQUESTS),
     # -- containers (exporter/containers.py) ---------------------------------------------------
     _m("container_source_up", "gauge", (),
        "1 if the last Docker API poll succeeded, else 0.", CONTAINERS),
@@ -435,6 +492,14 @@ LABEL_VALUES_SECTION = [
 ]
 
 
+def request_series_per_server() -> int:
+    """Series one followed request-record directory adds (tests/test_request_records.py counts
+    a real exposition against it)."""
+    per_class = len(FINISH_REASONS) + 2  # finished by reason, prompt and cached tokens
+    per_class += sum(len(b) + 3 for b in (TTFT_BOUNDS, QUEUE_BOUNDS, E2E_BOUNDS, TPOT_BOUNDS))
+    return 4 + len(PROMPT_CLASSES) * per_class  # + up, records, rotations, last finished
+
+
 def render_markdown() -> str:
     lines = [
         "# Exporter metrics",
@@ -451,6 +516,12 @@ def render_markdown() -> str:
             labels = ", ".join(f"`{label}`" for label in spec.labels) or "—"
             lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
         lines.append("")
+    lines += [f"Request records are opt-in (`--sglang.request-metrics-dir`): "
+              f"{request_series_per_server()} series per followed server (every prompt class "
+              "and class x finish reason present from the start; the last-finished time from "
+              "the first timed record), plus one per reject reason seen. Fields, releases and "
+              "privacy: [request-records.md](request-records.md).",
+              ""]
     lines += LABEL_VALUES_SECTION
     lines += ["## Series removed or merged, and why", "",
               "Changes that carry the same facts in fewer series (each series is in the tables "

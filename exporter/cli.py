@@ -23,7 +23,9 @@ from sglang_obs.exporter.collector import (
     GpuCollector,
     GuardedCollector,
     LogCollector,
+    RequestCollector,
     SGLangCollector,
+    model_of,
 )
 from sglang_obs.exporter.containers import ContainerSource, docker_client
 from sglang_obs.exporter.gpu import GpuSampler
@@ -34,6 +36,8 @@ from sglang_obs.exporter.nvml import NvmlBackend
 from sglang_obs.exporter.periodic import Periodic
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.process_match import ProcessServers
+from sglang_obs.exporter.request_follow import RequestRecordDir
+from sglang_obs.exporter.request_records import RequestStats
 from sglang_obs.exporter.status import StatusBoard, ThresholdsError, load_classification
 from sglang_obs.exporter.status_page import GlancePages
 from sglang_obs.exporter.targets import base_url, server_label
@@ -199,6 +203,13 @@ def build_parser() -> _Parser:
                 "[SGLANG_URL=]CONTAINER.")
     parser.flag("--sglang.log-poll-interval", type=duration, default="500ms",
                 help="How often a followed log file is checked for new lines.")
+    parser.flag("--sglang.request-metrics-dir", type=mapping, repeatable=True,
+                help="Follow the hourly request-record files SGLang writes with "
+                "--export-metrics-to-file --export-metrics-to-file-dir DIR (0.5.6+): "
+                "latency by prompt-length class, numbers only (docs/request-records.md). Form "
+                "[SGLANG_URL=]DIR; the URL may be left out with one server.")
+    parser.flag("--sglang.request-metrics-poll-interval", type=duration, default="1s",
+                help="How often the followed request-record file is checked for new records.")
     parser.flag("--docker.container", type=mapping, repeatable=True,
                 help="Report the state of this SGLang container (restarts, OOM kills, health). "
                 "Form [SGLANG_URL=]NAME.")
@@ -243,7 +254,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     for flag in ("--sglang.url", "--sglang.log-file", "--sglang.log-container",
-                 "--docker.container", "--docker.label"):
+                 "--sglang.request-metrics-dir", "--docker.container", "--docker.label"):
         dest = dest_name(flag)
         if getattr(args, dest) is None:
             setattr(args, dest, parser._env_lists[flag])
@@ -266,7 +277,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     duplicates = sorted({s for s in servers if servers.count(s) > 1})
     if duplicates:
         parser.error(f"--sglang.url: the same server given twice: {', '.join(duplicates)}")
-    for flag in ("--sglang.log-file", "--sglang.log-container", "--docker.container"):
+    for flag in ("--sglang.log-file", "--sglang.log-container", "--sglang.request-metrics-dir",
+                 "--docker.container"):
         dest = dest_name(flag)
         resolved = []
         for target, value in getattr(args, dest):
@@ -282,6 +294,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 parser.error(f"{flag}: {target} is not one of the --sglang.url servers")
             resolved.append((target, value))
         setattr(args, dest, resolved)
+    dirs = [server_label(t) for t, _ in args.sglang_request_metrics_dir]
+    twice = sorted({s for s in dirs if dirs.count(s) > 1})
+    if twice:
+        parser.error(f"--sglang.request-metrics-dir: one directory per server, "
+                     f"{', '.join(twice)} has more")
     return args
 
 
@@ -304,6 +321,19 @@ def read_api_key(parser: _Parser, path: str) -> str:
         parser.error(f"--sglang.api-key-file {path}: the key must be one word of printable "
                      "ASCII (no spaces, line breaks or control characters)")
     return key.decode("ascii")
+
+
+def _on_state_change(source: RequestRecordDir, changed):
+    """A poll cycle that re-renders the exposition only when the source's state changed (new
+    records tell the stats' listeners themselves): an idle directory costs no render."""
+
+    def cycle() -> None:
+        before = (source.up, source.rotations)
+        source.poll()
+        if (source.up, source.rotations) != before:
+            changed()
+
+    return cycle
 
 
 def gpu_sampler(args, on_change) -> GpuSampler | None:
@@ -407,6 +437,16 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--sglang.log-container needs the Docker API; those logs are not followed")
     if log_sources:
         collectors.append(LogCollector(log_sources))
+    record_sources = []
+    for target, directory in args.sglang_request_metrics_dir:
+        stats = RequestStats(where=directory)
+        stats.subscribe(changed)
+        source = RequestRecordDir(directory, stats, server=server_label(target))
+        record_sources.append(source)
+        threads.append(Periodic(f"requests {directory}", _on_state_change(source, changed),
+                                args.sglang_request_metrics_poll_interval))
+    if record_sources:
+        collectors.append(RequestCollector(record_sources, model_of(pollers)))
     if args.collector_nvml:
         sampler = gpu_sampler(args, changed)
         if sampler is not None:

@@ -14,6 +14,7 @@ from sglang_obs import __version__
 from sglang_obs.exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, GPU_LIMITS, PREFIX
 from sglang_obs.exporter.log_stats import CONTEXT_BUCKETS
 from sglang_obs.exporter.poller import Snapshot, TargetPoller
+from sglang_obs.exporter.request_records import FINISH_REASONS, PROMPT_CLASSES
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +262,76 @@ class LogCollector:
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
             fam["log_prefill_context_tokens"].add_metric(server, buckets, snap.context_sum)
         yield from fam.values()
+
+
+class RequestCollector:
+    """Request-record series per server, from RequestStats snapshots, e.g.
+
+    sglang_obs_request_ttft_seconds_bucket{le="2.0",model_name="qwen3-27b",
+        prompt_class="32k_128k",server="10.0.0.5:30000"} 41.0
+
+    Every class (and class x finish reason) is present from the start, at 0, so rate() and
+    increase() see a class's first request. `model_name` is the polled server's, from
+    `model_of(server)`: the records do not say which model served them.
+    """
+
+    name = "requests"
+    _HISTOGRAMS = (("ttft", "request_ttft_seconds"), ("queue", "request_queue_time_seconds"),
+                   ("e2e", "request_e2e_latency_seconds"),
+                   ("tpot", "request_time_per_output_token_seconds"))
+
+    def __init__(self, sources, model_of=lambda server: ""):
+        self._sources = list(sources)  # objects with .server, .stats, .up, .rotations
+        self._model_of = model_of
+
+    def describe(self):
+        return []
+
+    def collect(self) -> Iterator:
+        fam = {n: _family(n) for n in (
+            "request_source_up", "request_records_total", "request_records_rejected_total",
+            "request_file_rotations_total", "request_last_finished_timestamp_seconds",
+            "request_finished_total", "request_prompt_tokens_total",
+            "request_cached_tokens_total", *(name for _, name in self._HISTOGRAMS))}
+        for source in self._sources:
+            snap = source.stats.snapshot()
+            server = source.server
+            model = self._model_of(server) or ""
+            fam["request_source_up"].add_metric([server], 1.0 if source.up else 0.0)
+            fam["request_records_total"].add_metric([server], snap.records)
+            fam["request_file_rotations_total"].add_metric([server], source.rotations)
+            for reason, count in sorted(snap.rejected.items()):
+                fam["request_records_rejected_total"].add_metric([server, reason], count)
+            if snap.last_finished_at is not None:
+                fam["request_last_finished_timestamp_seconds"].add_metric(
+                    [server], snap.last_finished_at)
+            for cls in PROMPT_CLASSES:
+                labels = [server, model, cls]
+                for reason in FINISH_REASONS:
+                    fam["request_finished_total"].add_metric([*labels, reason],
+                                                             snap.finished[(cls, reason)])
+                fam["request_prompt_tokens_total"].add_metric(labels, snap.prompt_tokens[cls])
+                fam["request_cached_tokens_total"].add_metric(labels, snap.cached_tokens[cls])
+                for key, name in self._HISTOGRAMS:
+                    buckets, total = snap.histograms[(cls, key)]
+                    fam[name].add_metric(labels, buckets, total)
+        yield from fam.values()
+
+
+def model_of(pollers):
+    """server -> the model name its poller last saw (the config's while it is down), or ""."""
+    by_server = {p.server: p for p in pollers}
+
+    def lookup(server: str) -> str:
+        poller = by_server.get(server)
+        if poller is None:
+            return ""
+        snap = poller.snapshot
+        if snap.derived is not None and snap.derived.model_name:
+            return snap.derived.model_name
+        return (snap.config.model_name if snap.config is not None else "") or ""
+
+    return lookup
 
 
 class ContainerCollector:

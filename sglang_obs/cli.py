@@ -5,9 +5,11 @@
     sglang-obs detection [SCENARIO...]  regenerate docs/detection.md
     sglang-obs kubernetes [--check] [--out DIR]   regenerate deploy/kubernetes (docs/kubernetes.md)
     sglang-obs analyze-log FILE... [--json] [--csv-per-minute OUT]
+    sglang-obs analyze-requests FILE|DIR... [--json] [--csv OUT] [--top N]
     sglang-obs render-dashboard --scenario NAME [--dashboard NAME|JSON...] --out PNG|DIR
     sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
     sglang-obs snapshot --prometheus URL --from T --to T [--instance I...] --out DIR
+                        [--request-metrics-dir DIR]
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
 failed (sglang_obs.cli_support).
@@ -55,6 +57,12 @@ def _port_pin(text: str) -> tuple[str, int]:
     return name, int(port)
 
 
+def _count(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 10000, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -93,6 +101,16 @@ def build_parser() -> OneLineParser:
                          help="print a machine-readable document (docs/log-analysis.md)")
     analyze.add_argument("--csv-per-minute", metavar="OUT",
                          help="write a per-minute CSV table to this file")
+    requests = sub.add_parser(
+        "analyze-requests", help="latency by prompt length and the slowest requests, from "
+        "SGLang's --export-metrics-to-file records (plain or gzipped, or their directory)")
+    requests.add_argument("files", nargs="+", metavar="FILE",
+                          help="record files, oldest first, or a directory of hourly files")
+    requests.add_argument("--json", action="store_true",
+                          help="print a machine-readable document (docs/request-records.md)")
+    requests.add_argument("--csv", metavar="OUT", help="write a per-minute CSV table by class")
+    requests.add_argument("--top", type=_count, default=10, metavar="N",
+                          help="how many of the slowest requests to list (10)")
     render = sub.add_parser(
         "render-dashboard", help="draw a dashboard's panels for a simulator scenario (PNG)")
     render.add_argument("--scenario", required=True, help="simulator scenario name or YAML")
@@ -138,6 +156,9 @@ def build_parser() -> OneLineParser:
                       help="seconds between rows (15)")
     snap.add_argument("--out", required=True,
                       help="folder to write the pack into (new, or empty)")
+    snap.add_argument("--request-metrics-dir", metavar="DIR",
+                      help="SGLang's --export-metrics-to-file directory (or a copy): add the "
+                      "slowest requests of the window to the pack")
     return parser
 
 
@@ -171,7 +192,8 @@ def _run(args: argparse.Namespace) -> int:
             input_file("--alerts-log", args.alerts_log)
         summary = take(args.prometheus, args.start, args.end, Path(args.out), args.instance,
                        args.step, alertmanager=args.alertmanager,
-                       alerts_log=Path(args.alerts_log) if args.alerts_log else None)
+                       alerts_log=Path(args.alerts_log) if args.alerts_log else None,
+                       request_metrics_dir=args.request_metrics_dir)
         for server, s in summary["servers"].items():
             print(f"{server}: {' -> '.join(s['dominant']) or 'no bottleneck'}")
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
@@ -192,6 +214,10 @@ def _run(args: argparse.Namespace) -> int:
         from sglang_obs.tools import analyze_log
 
         return analyze_log.main(args.files, args.json, args.csv_per_minute)
+    if args.command == "analyze-requests":
+        from sglang_obs.tools import analyze_requests
+
+        return analyze_requests.main(args.files, args.json, args.csv, args.top)
     if args.command == "detection":
         from sglang_obs.generate import detection as detection_module
         from sglang_obs.simulator import scenario as scenarios

@@ -29,7 +29,8 @@ from sglang_obs.cli_support import (
     report,
 )
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.simulator.profiles import ALIASES
+from sglang_obs.simulator.profiles import ALIASES, profile
+from sglang_obs.simulator.records import RecordFiles, RecordSink
 from sglang_obs.simulator.render import render, write_openmetrics, write_promtool_series
 from sglang_obs.simulator.server import LogSink, SimServer
 from sglang_obs.simulator.simulation import Simulation
@@ -88,6 +89,10 @@ def build_parser() -> OneLineParser:
                        help="also append scheduler log lines to this file")
     serve.add_argument("--no-stdout-log", action="store_true",
                        help="do not print scheduler log lines on stdout")
+    serve.add_argument("--request-metrics-dir", type=Path, metavar="DIR",
+                       help="also write per-request records into DIR as SGLang's "
+                       "--export-metrics-to-file does (hourly sglang-request-metrics-"
+                       "YYYYMMDD_HH.log files; releases 0.5.6+)")
     serve.add_argument("--gpu-feed", action="store_true",
                        help="serve the scenario's simulated GPU readings at /sim/gpu (for the "
                        "exporter's simulator-only NVML source)")
@@ -111,6 +116,9 @@ def build_parser() -> OneLineParser:
                       help="unix time of the first sample (default: so the last one is now)")
     rend.add_argument("--instance", default="sglang:30000",
                       help="instance label of the simulated server (default sglang:30000)")
+    rend.add_argument("--request-metrics-dir", type=Path, metavar="DIR",
+                      help="also write the scenario's per-request records into DIR as SGLang's "
+                      "hourly files (releases 0.5.6+)")
     rend.add_argument("--format", default="openmetrics,promtool",
                       help="comma list of openmetrics, promtool, log (default "
                       "openmetrics,promtool)")
@@ -185,8 +193,12 @@ def _serve(args, sc) -> int:
     sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, [])
     held = _ListStream([])
     sink.streams = [held]
-    sim = Simulation(sc, release, start_ts=time.time() - args.start_at, on_event=sink,
-                     loop=not args.once)
+    start_ts = time.time() - args.start_at
+    records = _record_files(args, sc)
+    on_request = (RecordSink(profile(release), sc.server, start_ts, sc.seed, [records.write])
+                  if records else None)
+    sim = Simulation(sc, release, start_ts=start_ts, on_event=sink, loop=not args.once,
+                     on_request=on_request)
     if args.start_at > 0:
         sim.advance(args.start_at)
     server = SimServer(sim, args.host, args.port, speed=args.speed,
@@ -215,7 +227,25 @@ def _serve(args, sc) -> int:
         server.stop()
         if log_file:
             log_file.close()
+        if records:
+            records.close()
     return 0
+
+
+def _record_files(args, sc) -> RecordFiles | None:
+    """--request-metrics-dir as the release allows: a usage error where it has no records."""
+    if not args.request_metrics_dir:
+        return None
+    release = profile(args.release or sc.release)
+    if release.request_records is None:
+        raise UsageError(f"--request-metrics-dir: SGLang {release.release} writes no request "
+                         "records (--export-metrics-to-file is 0.5.6+); give --release 0.5.12 "
+                         "or 0.5.23")
+    try:
+        return RecordFiles(args.request_metrics_dir)
+    except OSError as err:
+        raise Failure(f"--request-metrics-dir {args.request_metrics_dir}: "
+                      f"{err.strerror or err}") from None
 
 
 def _render(args, sc) -> int:
@@ -234,8 +264,12 @@ def _render(args, sc) -> int:
         release = args.release or sc.release
         sink = LogSink(ALIASES[release], sc.server.tp_size, sc.server.dp_size, [])
         sink.streams = [_ListStream(lines)]
+    records = _record_files(args, sc)  # refused early on a release without records
+    if records:
+        records.close()
     rendered = render(sc, args.release, start=start, step=args.step,
-                      poll_interval=args.poll_interval, instance=args.instance, on_event=sink)
+                      poll_interval=args.poll_interval, instance=args.instance, on_event=sink,
+                      request_metrics_dir=args.request_metrics_dir)
     written = []
     try:
         if "openmetrics" in formats:
@@ -257,6 +291,8 @@ def _render(args, sc) -> int:
           f"{args.step:g}s from {start:.0f}")
     for path in written:
         print(f"  {path}")
+    if args.request_metrics_dir:
+        print(f"  {args.request_metrics_dir}/sglang-request-metrics-*.log")
     return 0
 
 

@@ -228,7 +228,7 @@ class SimCollector:
                 if sched.queue_time.count:
                     _add_histogram(family, list(lab.values()), sched.queue_time)
                 for stage_name, hist in sched.per_stage.items():
-                    if hist.count:
+                    if hist.count and stage_name in p.per_stage_stages:
                         _add_histogram(stage, [*lab.values(), stage_name], hist)
             if family.samples:
                 yield family

@@ -29,6 +29,7 @@ CLIP_MAX_NEW_TOKENS = 4096  # SGLang caps the per-request decode reservation at 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.1
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+REQUEST_PROCESS_SECONDS = 0.0015  # scheduler intake of one request (per_stage request_process)
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ class TokenizerStats:
     aborted: float = 0.0
     histograms: dict[tuple[str, bool], Histogram] = field(default_factory=dict)
     touched: bool = False  # lazy families: nothing exposed before the first request
+    # Called with (request, finish time) for every finished request: the request records.
+    on_finished: Callable[[Request, float], None] | None = None
 
     def histogram(self, name: str, streaming: bool = False) -> Histogram:
         key = (name, streaming)
@@ -188,6 +191,8 @@ class TokenizerStats:
         self.histogram("uncached_prompt_tokens", s).observe(req.input_len - req.cached_len)
         if out > 1 and req.first_token_at is not None:
             self.histogram("request_tpot", s).observe((now - req.first_token_at) / (out - 1))
+        if self.on_finished is not None:
+            self.on_finished(req, now)
 
 
 @dataclass
@@ -238,8 +243,8 @@ class Scheduler:
         self.prefills_in_a_row = 0
         self.queue_latency = Histogram(())  # only sum/count used (0.4.x average gauge)
         self.queue_time = make_histogram("queue_time")
-        self.per_stage = {s: make_histogram("per_stage") for s in ("prefill_forward",
-                                                                     "chunked_prefill")}
+        self.per_stage = {s: make_histogram("per_stage") for s in (
+            "request_process", "prefill_forward", "chunked_prefill")}
         self.counters = {
             "realtime_prefill_compute": 0.0, "realtime_prefill_cache": 0.0,
             "realtime_decode": 0.0, "retracted_requests": 0.0, "retracted_input_tokens": 0.0,
@@ -276,6 +281,8 @@ class Scheduler:
 
     # -- main loop ------------------------------------------------------------------------
     def add(self, req: Request) -> None:
+        # Scheduler intake (receive to waiting queue): a constant, not modelled further.
+        self.per_stage["request_process"].observe(REQUEST_PROCESS_SECONDS)
         self.waiting.append(req)
 
     def busy(self) -> bool:
@@ -526,12 +533,14 @@ class Server:
     def __init__(self, cfg: ServerConfig, perf: PerfModel,
                  make_histogram: Callable[[str], Histogram], zero_cache_hit_on_decode: bool,
                  start_ts: float, emit: Callable[[object], None] = lambda e: None,
-                 warm_cache_ratio: float = 0.0):
+                 warm_cache_ratio: float = 0.0,
+                 on_request: Callable[[Request, float], None] | None = None):
         self.cfg, self.perf = cfg, perf
         self.start_ts = start_ts
         self._make_histogram = make_histogram
         self._zero = zero_cache_hit_on_decode
         self._emit_ts = emit
+        self._on_request = on_request
         self._warm_cache = int(cfg.max_total_num_tokens * warm_cache_ratio)
         self.now = 0.0
         self.up = True
@@ -545,7 +554,7 @@ class Server:
         self._emit_ts(type(event)(**{**event.__dict__, "ts": self.start_ts + event.ts}))
 
     def _boot(self) -> None:
-        self.tokenizer = TokenizerStats(self._make_histogram)
+        self.tokenizer = TokenizerStats(self._make_histogram, on_finished=self._on_request)
         ranks = range(self.cfg.dp_size) if self.cfg.dp_size > 1 else [None]
         self.schedulers = [
             Scheduler(self.cfg, self.perf, rank, self.tokenizer, self._make_histogram,

@@ -107,6 +107,27 @@ class Profile:
     def has_ready_route(self) -> bool:
         return self.at_least("0.5.20")
 
+    # -- per-request records and per-stage latency (docs/request-records.md) -----------------
+    @property
+    def request_records(self) -> str | None:
+        """Which tokenizer manager writes --export-metrics-to-file records: None before 0.5.6
+        (no such flag), "0.5.6" for 0.5.6-0.5.9 (managers/, timing fields *_ts), "later" from
+        0.5.10 (observability/req_time_stats.py: forward_entry_time, prefill_finished_time)."""
+        if not self.at_least("0.5.6"):
+            return None
+        return "0.5.6" if not self.at_least("0.5.10") else "later"
+
+    @property
+    def per_stage_stages(self) -> tuple[str, ...]:
+        """Stage label values of per_stage_req_latency_seconds a unified (non-PD) server
+        reports: none before 0.5.3; request_process joins prefill_forward and chunked_prefill
+        by 0.5.12 (the enum of managers/schedule_batch.py, later req_time_stats.py)."""
+        if not self.at_least("0.5.3"):
+            return ()
+        if self.at_least("0.5.12"):
+            return ("request_process", "prefill_forward", "chunked_prefill")
+        return ("prefill_forward", "chunked_prefill")
+
 
 ALIASES = {
     "0.4": "0.4.6.post5",

@@ -31,7 +31,9 @@ from sglang_obs.exporter.collector import (
     GpuCollector,
     GuardedCollector,
     LogCollector,
+    RequestCollector,
     SGLangCollector,
+    model_of,
 )
 from sglang_obs.exporter.containers import ContainerReading
 from sglang_obs.exporter.gpu import GpuSampler
@@ -40,10 +42,12 @@ from sglang_obs.exporter.http_fetch import FetchError, Response
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.nvml import NvmlBackend
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.request_records import RequestStats
 from sglang_obs.exporter.sglang_log import parse_line
 from sglang_obs.exporter.xid import XidWatcher
 from sglang_obs.simulator.logs import format_event
 from sglang_obs.simulator.profiles import profile
+from sglang_obs.simulator.records import RecordFiles, RecordSink, line
 from sglang_obs.simulator.scenario import Scenario
 from sglang_obs.simulator.server import make_app
 from sglang_obs.simulator.simulation import Simulation
@@ -123,6 +127,20 @@ class _SimLog:
         self.stats.feed(parse_line(format_event(event, release, tp_size=tp, dp_size=dp)))
 
 
+class _SimRequests:
+    """The request-record files the scenario writes, read by the exporter's own parser."""
+
+    kind = "dir"
+    up = True
+    rotations = 0
+
+    def __init__(self, server: str):
+        self.server, self.stats = server, RequestStats(where="simulated records")
+
+    def __call__(self, rec: dict) -> None:
+        self.stats.feed_line(line(rec).encode())
+
+
 class _SimContainer:
     """The SGLang container as the Docker API would describe it during the scenario."""
 
@@ -144,22 +162,29 @@ class _SimContainer:
 
 def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
            step: float = 15.0, poll_interval: float = 5.0, instance: str = "sglang:30000",
-           on_event=None, on_poll=None, on_scrape=None) -> Rendered:
+           on_event=None, on_poll=None, on_scrape=None,
+           request_metrics_dir: Path | None = None) -> Rendered:
     """Every series the stack would store: SGLang's own, and the exporter's with all its
-    sources — polls, the scheduler log, the container, and the scenario's GPUs.
+    sources — polls, the scheduler log, the request records (releases that write them; also
+    into `request_metrics_dir` as SGLang's hourly files), the container, the scenario's GPUs.
 
     `on_poll(t, snapshot)` is given each poll cycle as the poller gives it to the glance page
     (exporter.status); `on_scrape(index, gpus)` is called at each scrape step, after the GPUs
     were sampled (`gpus`: the GpuSampler)."""
     tp, dp = scenario.server.tp_size, scenario.server.dp_size
-    sim_log = _SimLog(instance, profile(release or scenario.release).release, tp, dp)
+    prof = profile(release or scenario.release)
+    sim_log = _SimLog(instance, prof.release, tp, dp)
+    sim_requests = _SimRequests(instance) if prof.request_records else None
+    files = RecordFiles(request_metrics_dir) if request_metrics_dir and sim_requests else None
+    sink = RecordSink(prof, scenario.server, start, scenario.seed,
+                      [t for t in (sim_requests, files and files.write) if t])
 
     def events(event) -> None:
         sim_log(event)
         if on_event:
             on_event(event)
 
-    sim = Simulation(scenario, release, start_ts=start, on_event=events)
+    sim = Simulation(scenario, release, start_ts=start, on_event=events, on_request=sink)
     lock = threading.Lock()
     app = make_app(sim, lock)
     poller = TargetPoller(
@@ -171,9 +196,12 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
     xids, xid_events = XidWatcher(nvml), nvml.nvmlEventSetCreate()
     gpus = GpuSampler(NvmlBackend(nvml), xids)
     exporter = CollectorRegistry()
+    collectors = [SGLangCollector([poller]), LogCollector([sim_log])]
+    if sim_requests is not None:
+        collectors.append(RequestCollector([sim_requests], model_of([poller])))
     exporter.register(GuardedCollector([
-        SGLangCollector([poller]), LogCollector([sim_log]),
-        ContainerCollector(_SimContainer(sim, instance, start)), GpuCollector(gpus)]))
+        *collectors, ContainerCollector(_SimContainer(sim, instance, start)),
+        GpuCollector(gpus)]))
 
     steps = int(scenario.duration // step) + 1
     out = Rendered(start=start, step=step, steps=steps)
@@ -194,6 +222,8 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
             _collect_exporter(exporter, out, index)
             if on_scrape is not None:
                 on_scrape(index, gpus)
+    if files is not None:
+        files.close()
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sglang_obs.simulator.model import Histogram, Server
+from sglang_obs.simulator.model import Histogram, Request, Server
 from sglang_obs.simulator.profiles import (
     ITL_BUCKETS,
     PER_STAGE_BUCKETS,
@@ -41,7 +41,8 @@ class GpuReading:
 
 class Simulation:
     def __init__(self, scenario: Scenario, release: str | None = None, start_ts: float = 0.0,
-                 on_event: Callable[[object], None] | None = None, loop: bool = False):
+                 on_event: Callable[[object], None] | None = None, loop: bool = False,
+                 on_request: Callable[[Request, float], None] | None = None):
         self.scenario = scenario
         self.profile: Profile = profile(release or scenario.release)
         self.start_ts = start_ts
@@ -49,7 +50,8 @@ class Simulation:
         self.server = Server(
             scenario.server, scenario.perf, self._histogram,
             self.profile.decode_report_zeroes_cache_hit_rate, start_ts,
-            on_event or (lambda e: None), warm_cache_ratio=scenario.warm_cache)
+            on_event or (lambda e: None), warm_cache_ratio=scenario.warm_cache,
+            on_request=on_request)
         self.t = 0.0
         self._round = 0
         self._arrivals = scenario.arrivals()

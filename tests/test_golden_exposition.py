@@ -11,12 +11,16 @@ from sglang_obs.exporter.collector import (
     ContainerCollector,
     GuardedCollector,
     LogCollector,
+    RequestCollector,
     SGLangCollector,
+    model_of,
 )
 from sglang_obs.exporter.containers import ContainerSource
 from sglang_obs.exporter.log_follow import FileFollower
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.request_follow import RequestRecordDir
+from sglang_obs.exporter.request_records import RequestStats
 
 from conftest import ROOT
 from fake_docker import FakeContainer, FakeDocker
@@ -31,6 +35,7 @@ NONDETERMINISTIC = re.compile(
     r"log_last_line_timestamp_seconds)\{"  # log times are local: they depend on TZ
 )
 LOG_FIXTURE = ROOT / "tests/fixtures/sglang/scheduler_0.5.12_tp4.log"
+RECORDS_FIXTURE = ROOT / "tests/fixtures/sglang/request_metrics_mixed.log"
 
 SERVERS = {
     # 0.5.23 with DP attention: /v1/loads, /server_info
@@ -110,8 +115,17 @@ def render(fake_sglang, tmp_path):
     for _ in range(3):
         for poller in pollers:
             poller.poll_once()
+    # The request records of the DP2 server: a file that appears after start is read whole.
+    (tmp_path / "records").mkdir()
+    records = RequestRecordDir(str(tmp_path / "records"), RequestStats(),
+                               server="sglang-dp2:30000")
+    records.poll()
+    (tmp_path / "records/sglang-request-metrics-20261129_11.log").write_bytes(
+        RECORDS_FIXTURE.read_bytes())
+    records.poll()
     registry = CollectorRegistry()
     registry.register(GuardedCollector([SGLangCollector(pollers), LogCollector([follower]),
+                                        RequestCollector([records], model_of(pollers)),
                                         ContainerCollector(containers)]))
     text = generate_latest(registry).decode()
     return "".join(

@@ -497,6 +497,57 @@ def bucket_rate(histogram: str, selector: str = SG) -> str:
 SERVING = SERVING_ENDPOINTS
 
 
+# -- where the time to first token goes, and latency by prompt length -------------------------
+STAGE = "sglang:per_stage_req_latency_seconds"
+PROMPT_CLASS_BOUNDS = THRESHOLDS["request_classes"]["prompt_tokens_bounds"]
+CLASS_BOUNDS_TEXT = ", ".join(f"{b // 1024}K" for b in PROMPT_CLASS_BOUNDS)
+
+
+def _mean(histogram: str, selector: str = SG) -> str:
+    """A scheduler histogram's mean per request (sum over DP ranks of max over TP copies)."""
+    return ratio(dp_rate(f"{histogram}_sum", selector), dp_rate(f"{histogram}_count", selector))
+
+
+def ttft_decomposition(w: int = 12, h: int = 8) -> TimeSeries:
+    """Mean seconds per request in each part of the time to first token, stacked: queueing
+    (queue_time), scheduler intake (stage request_process, 0.5.12+), prefill of all its chunks
+    (stage prefill_forward) and the rest of TTFT (tokenizing, dispatch, first token out)."""
+    queue = _mean("sglang:queue_time_seconds")
+    intake = _mean(STAGE, f'{SG}, stage="request_process"')
+    prefill = _mean(STAGE, f'{SG}, stage="prefill_forward"')
+    ttft = ratio(rate("sglang:time_to_first_token_seconds_sum", SG),
+                 rate("sglang:time_to_first_token_seconds_count", SG))
+    rest = (f"clamp_min(\n  ({ttft})\n  - ({queue})\n  - (({intake}) or 0 * ({queue}))"
+            f"\n  - ({prefill}),\n  0)")
+    return timeseries(
+        "TTFT decomposition",
+        "Where the time to first token goes, mean per request, stacked: queueing (queue_time), "
+        "scheduler intake (per_stage request_process, 0.5.12+), prefill of all its chunks "
+        "(per_stage prefill_forward, 0.5.3+) and the rest of TTFT; needs the per-stage histogram.",
+        [(queue, "{{instance}} queueing"), (intake, "{{instance}} scheduler intake"),
+         (prefill, "{{instance}} prefill (all chunks)"),
+         (rest, "{{instance}} rest (tokenize, dispatch, first token out)")],
+        SECONDS, w=w, h=h, min_=0, stack=True)
+
+
+def by_class(rule_or_histogram: str, q: float | None = None) -> str:
+    """A per-class quantile: the 5 min recording rule, or one over $__rate_interval."""
+    if q is None:
+        return f"{rule_or_histogram}{{{IM}}}"
+    return (f"histogram_quantile({q}, sum by (instance, prompt_class, le) (rate("
+            f"{rule_or_histogram}_bucket{{{EXM}}}[$__rate_interval])))")
+
+
+def ttft_by_class(w: int = 12, h: int = 8) -> TimeSeries:
+    return timeseries(
+        "TTFT p95 by prompt length",
+        f"TTFT p95 per prompt-length class (bounds {CLASS_BOUNDS_TEXT} tokens) from SGLang's "
+        "request records (exporter --sglang.request-metrics-dir; 5 min rule).",
+        [(by_class("instance_model_prompt_class:sglang_obs_request_ttft_seconds:p95_5m"),
+          "{{instance}} {{prompt_class}}")],
+        SECONDS, w=w, h=h, min_=0, thresholds=steps("green", (slo_seconds("ttft"), "red")))
+
+
 # -- rendering: the one wrapper around grafanalib's private _gen -------------------------------
 DASHBOARD_SUFFIX = ".dashboard.py"
 

@@ -13,7 +13,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 import dashlib as d  # noqa: E402
 
 TTFT_LE, ITL_LE = d.slo_le("ttft"), d.slo_le("itl")
-STAGE = "sglang:per_stage_req_latency_seconds"
+STAGE = d.STAGE
+REC = "sglang_obs_request_"
 
 distributions = [
     d.heatmap("TTFT distribution",
@@ -99,14 +100,64 @@ stages = [
                  d.SECONDS, w=12, min_=0, stack=True),
 ]
 
+decomposition = [
+    d.ttft_decomposition(w=24),
+]
+
+by_class = [
+    d.ttft_by_class(),
+    d.timeseries("Queue time p95 by prompt length",
+                 "Waiting-queue time p95 per prompt-length class (5 min rule): alike across "
+                 "classes when every request queues behind a backlog.",
+                 [(d.by_class("instance_model_prompt_class:"
+                              "sglang_obs_request_queue_time_seconds:p95_5m"),
+                   "{{instance}} {{prompt_class}}")],
+                 d.SECONDS, w=12, min_=0),
+    d.timeseries("E2E latency p95 by prompt length",
+                 "End-to-end latency p95 per prompt-length class (request records).",
+                 [(d.by_class(f"{REC}e2e_latency_seconds", 0.95),
+                   "{{instance}} {{prompt_class}}")],
+                 d.SECONDS, w=8, min_=0),
+    d.timeseries("Time per output token p50 by prompt length",
+                 "Per-request (e2e - TTFT) / (output tokens - 1), p50 per prompt-length class: "
+                 "decode speed by context length.",
+                 [(d.by_class(f"{REC}time_per_output_token_seconds", 0.5),
+                   "{{instance}} {{prompt_class}}")],
+                 d.SECONDS, w=8, min_=0),
+    d.timeseries("Cached share by prompt length",
+                 "Share of prompt tokens served from the prefix cache, per prompt-length class.",
+                 [(d.ratio(d.rate(f"{REC}cached_tokens_total", d.EXM, "instance, prompt_class"),
+                           d.rate(f"{REC}prompt_tokens_total", d.EXM, "instance, prompt_class")),
+                   "{{instance}} {{prompt_class}}")],
+                 d.RATIO, w=8, min_=0, max_=1),
+    d.timeseries("Requests by prompt length",
+                 "Finished requests per second per prompt-length class (request records).",
+                 [(d.rate(f"{REC}finished_total", d.EXM, "instance, prompt_class"),
+                   "{{instance}} {{prompt_class}}")],
+                 d.REQ_PER_S, w=12, min_=0, stack=True),
+    d.timeseries("Requests by finish reason",
+                 "Finished requests per second by finish reason (stop, length, abort, other), "
+                 "all classes.",
+                 [(d.rate(f"{REC}finished_total", d.EXM, "instance, finish_reason"),
+                   "{{instance}} {{finish_reason}}")],
+                 d.REQ_PER_S, w=12, min_=0, stack=True),
+]
+
 dashboard = d.dashboard(
     "SGLang / Latency", "sglang-latency",
-    "Latency distributions, quantiles, SLO error ratios, queueing and per-stage time.",
+    "Latency distributions, quantiles, SLO error ratios, queueing, per-stage time, the TTFT "
+    "decomposition and latency by prompt length.",
     [
         ("Distributions", "Bucket rates of SGLang's latency histograms.", distributions),
         ("Quantiles", "p50/p95/p99 from the recording rules and the mean.", quantiles),
         ("SLO", "Error ratios over the burn-rate alert windows.", slo),
         ("Queueing", "Waiting-queue time and continuous queueing runs.", queueing),
         ("Per-stage latency", "sglang:per_stage_req_latency_seconds by stage.", stages),
+        ("TTFT decomposition",
+         "Mean time per request in each part of TTFT, from queue_time and the per-stage "
+         "histogram.", decomposition),
+        ("Latency by prompt length",
+         f"SGLang's per-request records by prompt-length class (bounds {d.CLASS_BOUNDS_TEXT} "
+         "tokens): exporter --sglang.request-metrics-dir.", by_class),
     ],
 )

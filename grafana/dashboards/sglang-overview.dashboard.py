@@ -125,6 +125,8 @@ latency = [
     d.timeseries("End-to-end request latency",
                  "E2E p50/p95/p99 (5 min recording rules) and mean, per server and model.",
                  d.quantile_queries("e2e_request_latency_seconds"), d.SECONDS, min_=0),
+    d.ttft_decomposition(),
+    d.ttft_by_class(),
 ]
 
 pressure = [
@@ -230,7 +232,8 @@ dashboard = d.dashboard(
          "Seed 000's stages: waiting to start, waiting for resources, processing input, "
          "generating.", stages),
         ("SLO", "Attainment over the range and the 5 min error ratios.", slo),
-        ("Latency", "Quantiles from the 5 min recording rules, mean from the counters.", latency),
+        ("Latency", "Quantiles from the 5 min recording rules, mean from the counters; where "
+         "TTFT goes; TTFT by prompt length.", latency),
         ("Why: pressure",
          "Running vs limit with decode speed (contention), queue with KV (scheduling vs "
          "capacity), pending prefill tokens with GPU busy (backlog), GPU memory vs busy "

@@ -192,7 +192,7 @@ def recording_groups(t: dict) -> list[Group]:
         "divide a new server's 8 minutes of requests by 60 minutes."))
     return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
             Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
-            state_group(t)]
+            state_group(t), request_group(t)]
 
 
 def state_classes(t: dict) -> tuple[StateClass, ...]:
@@ -323,6 +323,35 @@ sum by (instance) (
                     "1 while the server is in a saturation state ("
                     + ", ".join(SATURATION_STATES) + "), else 0: the symptom alerts read it."))
     return Group("sglang-state.rules", "sglang.rules.yml", tuple(g))
+
+
+def request_group(t: dict) -> Group:
+    """Latency by prompt-length class from the exporter's request records (opt-in:
+    --sglang.request-metrics-dir). Recorded only where the class had requests in the window, so
+    an empty class has no series rather than NaN."""
+    from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS  # noqa: PLC0415
+
+    bounds = tuple(t["request_classes"]["prompt_tokens_bounds"])
+    if bounds != PROMPT_CLASS_BOUNDS:
+        raise ValueError(f"thresholds.yml request_classes {bounds} differ from the exporter's "
+                         f"PROMPT_CLASS_BOUNDS {PROMPT_CLASS_BOUNDS}: change both")
+    e = _e(t)
+    by = "sum by (instance, model_name, prompt_class"
+    rules = []
+    why = {"ttft_seconds": "TTFT p95 over 5 minutes per prompt-length class (request "
+                           "records): which prompt lengths the wait falls on.",
+           "queue_time_seconds": "Queue time p95 over 5 minutes per prompt-length class: "
+                                 "alike across classes when all queue behind a backlog; TTFT "
+                                 "minus it is the class's own prefill."}
+    for metric in ("ttft_seconds", "queue_time_seconds"):
+        name = f"sglang_obs_request_{metric}"
+        rules.append(Record(
+            f"instance_model_prompt_class:{name}:p95_5m",
+            f"""
+histogram_quantile(0.95, {by}, le) (rate({name}_bucket{{{e}}}[5m])))
+  and on (instance, model_name, prompt_class) ({by}) (rate({name}_count{{{e}}}[5m])) > 0)""",
+            why[metric]))
+    return Group("sglang-requests.rules", "sglang.rules.yml", tuple(rules))
 
 
 # -- alerts ------------------------------------------------------------------------------------

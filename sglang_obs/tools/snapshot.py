@@ -441,9 +441,39 @@ def charts(data: dict, out: Path, window: Window, alerts: list[dict]) -> list[st
     return written
 
 
+def requests_section(directory: str, window: Window, top: int = 10) -> dict:
+    """The request records of `directory` that finished in the window: the by-class table and
+    the slowest `top` (sglang_obs.tools.analyze_requests; numbers and safe ids only)."""
+    from sglang_obs.tools import analyze_requests  # noqa: PLC0415
+
+    try:
+        result = analyze_requests.analyze([directory], top=top, start=window.start,
+                                          end=window.end)
+    except analyze_requests.UnreadableLog as err:
+        raise SnapshotError(f"--request-metrics-dir {err}") from None
+    doc = result.document()
+    return {"directory": directory, "records": doc["records"], "rejected": doc["rejected"],
+            "outside_window": result.outside, "classes": doc["classes"],
+            "slowest": doc["slowest"]}
+
+
+def requests_report(section: dict) -> list[str]:
+    from sglang_obs.tools import analyze_requests  # noqa: PLC0415
+
+    lines = ["## Slowest requests in this window", "",
+             f"{section['records']:,} request records finished in the window "
+             f"(`{section['directory']}`); prefill = TTFT - queue, decode = e2e - TTFT.", ""]
+    if not section["records"]:
+        return [*lines, "None: no record of the directory finished in this window.", ""]
+    doc = {"classes": section["classes"]}
+    return [*lines, "```", *analyze_requests.class_table(doc), "",
+            *analyze_requests.slowest_table(section["slowest"]), "```", ""]
+
+
 def take(prometheus_url: str, start: str, end: str, out: Path,
          instances: list[str] | None = None, step: float = 15.0, *,
-         alertmanager: str | None = None, alerts_log: Path | None = None) -> dict:
+         alertmanager: str | None = None, alerts_log: Path | None = None,
+         request_metrics_dir: str | None = None) -> dict:
     """Write the pack into `out` (a new or empty folder) and return its summary. On failure
     `out` is left as it was found (removed when this call created it)."""
     now = time.time()
@@ -453,7 +483,8 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
                                  f"{iso(window.end)}")
     out, created = new_folder("--out", out)
     try:
-        return _take(prometheus_url, window, out, instances, alertmanager, alerts_log)
+        return _take(prometheus_url, window, out, instances, alertmanager, alerts_log,
+                     request_metrics_dir)
     except PrometheusError as err:
         _undo(out, created)
         raise SnapshotError(f"--prometheus: {err}") from None
@@ -482,7 +513,8 @@ def _undo(out: Path, created: bool) -> None:
 
 
 def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] | None,
-          alertmanager: str | None, alerts_log: Path | None) -> dict:
+          alertmanager: str | None, alerts_log: Path | None,
+          request_metrics_dir: str | None = None) -> dict:
     prom = Prometheus(prometheus_url)
     step = window.step
     total = max(window.end - window.start, 1)
@@ -501,7 +533,12 @@ def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] |
             sys.stderr.write("\r" + " " * 50 + "\r")
     write_csv(data, out / "series.csv")
     summary = summarize(prom, data, window, alertmanager=alertmanager, alerts_log=alerts_log)
+    if request_metrics_dir:
+        summary["requests"] = requests_section(request_metrics_dir, window)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     names = charts(data, out, window, summary["alerts"])
-    (out / "report.md").write_text(report(summary, names))
+    text = report(summary, names)
+    if request_metrics_dir:
+        text += "\n" + "\n".join(requests_report(summary["requests"]))
+    (out / "report.md").write_text(text)
     return summary

@@ -1,0 +1,487 @@
+"""SGLang's per-request records (`--export-metrics-to-file`) read as numbers, and their stats.
+
+One JSON object per finished request, `{"request_parameters": "<JSON string>", **meta_info}`
+(docs/request-records.md has the fields per release, verified in SGLang's source). Only numbers
+are read: `request_parameters` is never decoded here (it holds the prompt), the finish reason
+becomes one of FINISH_REASONS, and nothing else of a record's text is kept. `parse_record`
+never raises: a record it cannot use is a reason from REJECT_REASONS.
+
+The prompt-length classes (PROMPT_CLASS_BOUNDS, the `request_classes` section of
+prometheus/thresholds.yml: a test keeps the two equal) are the only label these records add, a
+fixed set whatever the records hold.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+# Prompt tokens: < 8K, 8K-32K, 32K-128K, >= 128K (prometheus/thresholds.yml request_classes).
+PROMPT_CLASS_BOUNDS = (8192, 32768, 131072)
+PROMPT_CLASSES = ("lt_8k", "8k_32k", "32k_128k", "ge_128k")
+FINISH_REASONS = ("stop", "length", "abort", "other")
+# Why a record was skipped (sglang_obs_request_records_rejected_total{reason}).
+REJECT_REASONS = {
+    "too_long": "a line over MAX_RECORD_BYTES, skipped unread",
+    "not_json": "not one JSON object (garbage, a cut line, invalid UTF-8, nesting too deep)",
+    "unknown_release": "no request_parameters string, or timing fields of two releases at once",
+    "missing_field": "no prompt_tokens or e2e_latency",
+    "wrong_type": "a field read here is not a number of the right kind (a bool is not one)",
+    "not_finite": "NaN or infinity",
+    "negative": "a negative duration or token count, or a first token before the request",
+    "out_of_range": "beyond any real request (over 2^31 tokens, a duration over 30 days, a "
+                    "timestamp outside 1970-2514, more cached than prompt tokens, TTFT > e2e)",
+}
+
+# Long-context records are large (the prompt text and, without --log-requests, its input ids
+# are in request_parameters: some 3 MB for a 262K-token prompt); a longer line is skipped whole.
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+# The analyzer reads max_new_tokens from request_parameters only when it is at most this long.
+MAX_PARAMS_CHARS = 256 * 1024
+MAX_TOKENS = 2**31
+MAX_SECONDS = 30 * 86400.0
+MAX_TIMESTAMP = 2.0**34  # unix seconds: the year 2514
+
+# Histogram bounds (seconds): coarse on purpose, each series is per server x class.
+TTFT_BOUNDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+QUEUE_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+E2E_BOUNDS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+TPOT_BOUNDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.2, 0.5, 1.0)
+HISTOGRAMS = {"ttft": TTFT_BOUNDS, "queue": QUEUE_BOUNDS, "e2e": E2E_BOUNDS, "tpot": TPOT_BOUNDS}
+
+# Timing fields by the tokenizer manager that wrote them (docs/request-records.md):
+# 0.5.6-0.5.9 (managers/tokenizer_manager.py `_calculate_timing_metrics`) and the later
+# observability/req_time_stats.py `convert_to_output_meta_info`. Both need --enable-metrics.
+TIMING_0_5_6 = ("request_sent_to_scheduler_ts", "prefill_finished_ts", "decode_finished_ts",
+                "prefill_launch_delay")
+TIMING_LATER = ("api_server_dispatch_finish_ts", "request_finished_ts", "forward_entry_time",
+                "prefill_finished_time", "prefill_waiting_latency")
+
+_SCAN = json.JSONDecoder().scan_once
+_PREFIX = b'{"request_parameters": "'
+_ID_KEY = b'", "id": '
+_SGLANG_RID = re.compile(r"[0-9a-f]{32}"
+                         r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def prompt_class(prompt_tokens: int) -> str:
+    return PROMPT_CLASSES[bisect.bisect_right(PROMPT_CLASS_BOUNDS, prompt_tokens)]
+
+
+def safe_request_id(value: object) -> str | None:
+    """SGLang's own request ids (a uuid4, hex or dashed) as they are; any other id (a client
+    may set its own, and it could hold anything) as `h:` and 16 hex digits of its SHA-256."""
+    if not isinstance(value, str) or not value:
+        return None
+    if _SGLANG_RID.fullmatch(value):
+        return value
+    return "h:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 5x as much to build, per record
+class Record:
+    """One finished request, numbers only (times in seconds, unix time for *_at)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    e2e_seconds: float
+    ttft_seconds: float | None
+    queue_seconds: float | None
+    tpot_seconds: float | None
+    finish_reason: str
+    prompt_class: str
+    received_at: float | None
+    finished_at: float | None
+    release: str  # "0.5.6" (0.5.6-0.5.9), "later" (0.5.10+), or "untimed" (no timing fields)
+    request_id: str | None = None  # only with keep_id (local reports), made safe
+    max_new_tokens: int | None = None  # only with read_params (local reports)
+
+    @property
+    def prefill_seconds(self) -> float | None:
+        """TTFT minus queueing: the prefill of this request and the batches it waited on."""
+        if self.ttft_seconds is None or self.queue_seconds is None:
+            return None
+        return max(self.ttft_seconds - self.queue_seconds, 0.0)
+
+    @property
+    def decode_seconds(self) -> float | None:
+        return None if self.ttft_seconds is None else max(self.e2e_seconds - self.ttft_seconds,
+                                                          0.0)
+
+
+_INF = math.inf
+
+
+def _missing(required: bool) -> None:
+    if required:
+        raise Rejected("missing_field")
+
+
+def _tokens(value: object, required: bool = False) -> int | None:
+    """A token count: an int (a bool or a float is not one), 0 to MAX_TOKENS."""
+    if value is None:
+        return _missing(required)
+    if type(value) is not int:
+        raise Rejected("wrong_type")
+    if value < 0:
+        raise Rejected("negative")
+    if value > MAX_TOKENS:
+        raise Rejected("out_of_range")
+    return value
+
+
+def _real(value: object) -> float:
+    kind = type(value)
+    if kind is not float and kind is not int:  # a bool, a string, a list: not a number
+        raise Rejected("wrong_type")
+    if value != value or value == _INF or value == -_INF:
+        raise Rejected("not_finite")
+    return value
+
+
+def _duration(value: object, required: bool = False) -> float | None:
+    """Seconds: a finite number, 0 to MAX_SECONDS."""
+    if value is None:
+        return _missing(required)
+    value = _real(value)
+    if value < 0:
+        raise Rejected("negative")
+    if value > MAX_SECONDS:
+        raise Rejected("out_of_range")
+    return float(value)
+
+
+def _timestamp(value: object) -> float | None:
+    """Unix seconds, 0 to MAX_TIMESTAMP."""
+    if value is None:
+        return None
+    value = _real(value)
+    if not 0 <= value <= MAX_TIMESTAMP:
+        raise Rejected("out_of_range")
+    return float(value)
+
+
+_KNOWN_REASONS = frozenset(FINISH_REASONS[:3])
+
+
+def _finish_reason(value: object) -> str:
+    kind = value.get("type") if type(value) is dict else value
+    return kind if type(kind) is str and kind in _KNOWN_REASONS else "other"
+
+
+def _load(line: bytes) -> dict:
+    """The record's meta_info (and whether request_parameters is a string), without decoding
+    request_parameters when the line is laid out as SGLang writes it: its meta_info starts at
+    the last `", "id": ` (a `"` after a space cannot be inside a JSON string, so the prompt
+    cannot fake it). Anything else is parsed whole."""
+    if line.startswith(_PREFIX):
+        cut = line.rfind(_ID_KEY)
+        if cut >= len(_PREFIX):
+            try:  # json's own scanner, without json.loads' wrapping (a third of the cost)
+                text = "{" + line[cut + 3:].decode("utf-8")
+                obj, end = _SCAN(text, 0)
+                if end != len(text) and not text[end:].isspace():
+                    obj = None
+            except (ValueError, StopIteration, RecursionError):
+                obj = None
+            if type(obj) is dict:
+                obj["request_parameters"] = ""  # a string, left unread
+                return obj
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        raise Rejected("not_json") from None
+    if not isinstance(obj, dict):
+        raise Rejected("not_json")
+    return obj
+
+
+class RecordReader:
+    """Cuts a byte stream, fed in chunks of any size, into records, as the scheduler log's
+    LineReader cuts lines (same methods; a line over `max_line` is skipped whole, up to its
+    newline however far, and counted in `too_long`), but without copying what the exporter
+    never reads: of a line in SGLang's layout only `{"request_parameters": "` and its
+    meta_info (from the last `", "id": `) are handed out, as a record whose request_parameters
+    is empty. The prompt's bytes stay in the chunk they were read into; a long-context record
+    costs no more to cut than a short one. A line split across two chunks is kept whole until
+    its newline (at most `max_line` bytes)."""
+
+    __slots__ = ("max_line", "too_long", "_partial", "_skipping")
+
+    def __init__(self, max_line: int = MAX_RECORD_BYTES):
+        self.max_line = max_line
+        self.too_long = 0
+        self._partial = bytearray()
+        self._skipping = False
+
+    def reset(self) -> None:
+        self._partial.clear()
+        self._skipping = False
+
+    def skip_to_newline(self) -> None:
+        self._partial.clear()
+        self._skipping = True
+
+    @staticmethod
+    def _compact(buf: bytes, start: int, end: int) -> bytes:
+        if buf.startswith(_PREFIX, start):
+            cut = buf.rfind(_ID_KEY, start + len(_PREFIX), end)
+            if cut >= 0:
+                return _PREFIX + buf[cut:end]
+        return buf[start:end]
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        start, size = 0, len(chunk)
+        if self._skipping or self._partial:
+            newline = chunk.find(b"\n")
+            if newline < 0:  # the whole chunk continues the unfinished line
+                if not self._skipping:
+                    if len(self._partial) + size > self.max_line:
+                        self._partial.clear()
+                        self._skipping = True
+                        self.too_long += 1
+                    else:
+                        self._partial += chunk
+                return out
+            if self._skipping:
+                self._skipping = False
+            elif len(self._partial) + newline > self.max_line:
+                self.too_long += 1
+            else:
+                line = bytes(self._partial) + chunk[:newline]
+                out.append(self._compact(line, 0, len(line)))
+            self._partial.clear()
+            start = newline + 1
+        while (newline := chunk.find(b"\n", start)) >= 0:
+            if newline - start > self.max_line:
+                self.too_long += 1
+            elif newline > start:
+                out.append(self._compact(chunk, start, newline))
+            start = newline + 1
+        if start < size:
+            if size - start > self.max_line:
+                self._skipping = True
+                self.too_long += 1
+            else:
+                self._partial += chunk[start:]
+        return out
+
+
+def parse_record(line: bytes | str, *, keep_id: bool = False,
+                 read_params: bool = False) -> Record | str:
+    """A Record, or the reason (a key of REJECT_REASONS) it cannot be used. Never raises.
+
+    keep_id: keep the request id (made safe by `safe_request_id`), for local reports only.
+    read_params: read the numeric `sampling_params.max_new_tokens` out of request_parameters
+    (decoded only when at most MAX_PARAMS_CHARS long; nothing else of it is kept)."""
+    try:
+        if isinstance(line, str):
+            line = line.encode("utf-8", "surrogatepass")
+        if len(line) > MAX_RECORD_BYTES:
+            return "too_long"
+        if line[:1].isspace() or line[-1:].isspace():  # a copy only when there is any
+            line = line.strip()
+        return _parse(line, keep_id, read_params)
+    except Rejected as r:
+        return r.reason
+    except Exception:  # a reader of hostile input must survive anything
+        return "not_json"
+
+
+def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
+    obj = json.loads(line) if read_params else _load(line)
+    if not isinstance(obj, dict):
+        raise Rejected("not_json")
+    get = obj.get
+    params = get("request_parameters")
+    if type(params) is not str:
+        raise Rejected("unknown_release")
+    old = ("prefill_finished_ts" in obj or "decode_finished_ts" in obj
+           or "request_sent_to_scheduler_ts" in obj or "prefill_launch_delay" in obj)
+    later = ("prefill_finished_time" in obj or "request_finished_ts" in obj
+             or "forward_entry_time" in obj or "api_server_dispatch_finish_ts" in obj
+             or "prefill_waiting_latency" in obj)
+    if old and later:
+        raise Rejected("unknown_release")
+    release = "0.5.6" if old else "later" if later else "untimed"
+    prompt = _tokens(get("prompt_tokens"), required=True)
+    e2e = _duration(get("e2e_latency"), required=True)
+    completion = _tokens(get("completion_tokens")) or 0
+    cached = _tokens(get("cached_tokens")) or 0
+    if cached > prompt:
+        raise Rejected("out_of_range")
+    queue = _duration(get("queue_time"))
+    received = _timestamp(get("request_received_ts"))
+    if old:
+        first, finished = (_timestamp(get("prefill_finished_ts")),
+                           _timestamp(get("decode_finished_ts")))
+    else:
+        first, finished = (_timestamp(get("prefill_finished_time")),
+                           _timestamp(get("request_finished_ts")))
+    ttft = None
+    if received is not None and first is not None:
+        ttft = first - received
+        if ttft < 0:
+            raise Rejected("negative")
+        if ttft > e2e * 1.01 + 0.05:
+            raise Rejected("out_of_range")
+        ttft = min(ttft, e2e)
+    if queue is not None and ttft is not None and queue > ttft * 1.01 + 0.05:
+        raise Rejected("out_of_range")
+    reason = _finish_reason(get("finish_reason"))
+    tpot = None
+    if ttft is not None and completion > 1 and (reason == "stop" or reason == "length"):
+        tpot = (e2e - ttft) / (completion - 1)
+    if finished is None and received is not None:
+        finished = received + e2e
+    max_new = None
+    if read_params and len(params) <= MAX_PARAMS_CHARS:
+        max_new = _max_new_tokens(params)
+    return Record(prompt, completion, cached, e2e, ttft, queue, tpot, reason,
+                  prompt_class(prompt), received, finished, release,
+                  safe_request_id(get("id")) if keep_id else None, max_new)
+
+
+def _max_new_tokens(params: str) -> int | None:
+    try:
+        decoded = json.loads(params)
+    except (ValueError, RecursionError):
+        return None
+    sampling = decoded.get("sampling_params") if isinstance(decoded, dict) else None
+    value = sampling.get("max_new_tokens") if isinstance(sampling, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
+
+
+# -- stats -------------------------------------------------------------------------------------
+class _Histogram:
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, running = [], 0
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == math.inf else repr(bound), running))
+        return out
+
+
+@dataclass(frozen=True)
+class RequestSnapshot:
+    """A copy for the collector: per class and histogram (ttft, queue, e2e, tpot) the cumulative
+    buckets and sum; counters per class (and finish reason); rejections by reason."""
+
+    records: int
+    rejected: dict[str, int]
+    finished: dict[tuple[str, str], int]
+    prompt_tokens: dict[str, int]
+    cached_tokens: dict[str, int]
+    histograms: dict[tuple[str, str], tuple[list[tuple[str, int]], float]]
+    last_finished_at: float | None
+
+
+@dataclass
+class RequestStats:
+    """Accounts records of one server. Thread-safe: the follower feeds, the scrape copies.
+
+    The first rejection of each reason is logged (the reason and `where`, never the record),
+    later ones only counted."""
+
+    where: str = ""
+    records: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    last_finished_at: float | None = None
+    _hist: dict[tuple[str, str], _Histogram] = field(default_factory=lambda: {
+        (c, name): _Histogram(bounds) for c in PROMPT_CLASSES
+        for name, bounds in HISTOGRAMS.items()})
+    _finished: dict[tuple[str, str], int] = field(default_factory=lambda: {
+        (c, r): 0 for c in PROMPT_CLASSES for r in FINISH_REASONS})
+    _prompt: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROMPT_CLASSES, 0))
+    _cached: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROMPT_CLASSES, 0))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        self._by_class = {c: tuple(self._hist[(c, name)] for name in ("e2e", "ttft", "queue",
+                                                                       "tpot"))
+                          for c in PROMPT_CLASSES}
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def batch_fed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def feed_line(self, line: bytes | str) -> bool:
+        """Parse and account one line; whether it was a usable record."""
+        parsed = parse_record(line)
+        if isinstance(parsed, str):
+            self.reject(parsed)
+            return False
+        self.add(parsed)
+        return True
+
+    def add(self, r: Record) -> None:
+        c = r.prompt_class
+        e2e, ttft, queue, tpot = self._by_class[c]
+        with self._lock:
+            self.records += 1
+            self._finished[(c, r.finish_reason)] += 1
+            self._prompt[c] += r.prompt_tokens
+            self._cached[c] += r.cached_tokens
+            e2e.observe(r.e2e_seconds)
+            if r.ttft_seconds is not None:
+                ttft.observe(r.ttft_seconds)
+            if r.queue_seconds is not None:
+                queue.observe(r.queue_seconds)
+            if r.tpot_seconds is not None:
+                tpot.observe(r.tpot_seconds)
+            at = r.finished_at
+            if at is not None and (self.last_finished_at is None or at > self.last_finished_at):
+                self.last_finished_at = at
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        with self._lock:
+            first = reason not in self.rejected
+            self.rejected[reason] = self.rejected.get(reason, 0) + n
+        if first:
+            log.warning("request records %s: skipped a record (%s: %s); counted in "
+                        "sglang_obs_request_records_rejected_total{reason=%r}, not logged again",
+                        self.where or "(in memory)", reason, REJECT_REASONS.get(reason, "?"),
+                        reason)
+
+    def snapshot(self) -> RequestSnapshot:
+        with self._lock:
+            return RequestSnapshot(
+                records=self.records, rejected=dict(self.rejected),
+                finished=dict(self._finished), prompt_tokens=dict(self._prompt),
+                cached_tokens=dict(self._cached),
+                histograms={k: (h.cumulative(), h.sum) for k, h in self._hist.items()},
+                last_finished_at=self.last_finished_at)
