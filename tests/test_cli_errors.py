@@ -73,6 +73,15 @@ TABLE = [
      FAILURE, ["--csv-per-minute", "{dir}"]),
     ("sglang-obs", "analyze-log", ["analyze-log", "{log}", "--csv-per-minute",
                                    "/proc/nope/x.csv"], FAILURE, ["--csv-per-minute"]),
+    # analyze-requests
+    ("sglang-obs", "analyze-requests", ["analyze-requests"], USAGE, ["FILE"]),
+    ("sglang-obs", "analyze-requests", ["analyze-requests", "{missing}"], FAILURE,
+     ["{missing}", "no such file"]),
+    ("sglang-obs", "analyze-requests", ["analyze-requests", "--top", "x", "{dir}"], USAGE,
+     ["--top"]),
+    # kubernetes
+    ("sglang-obs", "kubernetes", ["kubernetes", "--chek"], USAGE, ["--chek"]),
+    ("sglang-obs", "kubernetes", ["kubernetes", "--out", "{file}"], FAILURE, ["--out", "{file}"]),
     # render-dashboard (every case fails before the scenario is backfilled)
     ("sglang-obs", "render-dashboard", ["render-dashboard", "--out", "{tmp}/x.png"], USAGE,
      ["--scenario"]),

@@ -855,11 +855,16 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"{problem}; run make generate", file=sys.stderr)
         return 1 if problems else 0
-    for rel, text in expected.items():
-        path = args.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
+    try:
+        for rel, text in expected.items():
+            path = args.out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
+    except OSError as err:  # one line naming the folder, as every command's errors
+        print(f"sglang-obs kubernetes: --out {args.out}: cannot write "
+              f"{err.filename or ''} ({err.strerror or err})", file=sys.stderr)
+        return 1
     for problem in problems:
         if problem.endswith("(not generated: delete it)"):
             print(problem, file=sys.stderr)
