@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_obs.exporter.sglang_log import LineReader
+
 log = logging.getLogger(__name__)
 
 # Prompt tokens: < 8K, 8K-32K, 32K-128K, >= 128K (prometheus/thresholds.yml request_classes).
@@ -212,7 +214,7 @@ def _load(line: bytes) -> dict:
     return obj
 
 
-class RecordReader:
+class RecordReader(LineReader):
     """Cuts a byte stream, fed in chunks of any size, into records, as the scheduler log's
     LineReader cuts lines (same methods; a line over `max_line` is skipped whole, up to its
     newline however far, and counted in `too_long`), but without copying what the exporter
@@ -222,21 +224,10 @@ class RecordReader:
     costs no more to cut than a short one. A line split across two chunks is kept whole until
     its newline (at most `max_line` bytes)."""
 
-    __slots__ = ("max_line", "too_long", "_partial", "_skipping")
+    __slots__ = ()
 
     def __init__(self, max_line: int = MAX_RECORD_BYTES):
-        self.max_line = max_line
-        self.too_long = 0
-        self._partial = bytearray()
-        self._skipping = False
-
-    def reset(self) -> None:
-        self._partial.clear()
-        self._skipping = False
-
-    def skip_to_newline(self) -> None:
-        self._partial.clear()
-        self._skipping = True
+        super().__init__(max_line)  # reset() and skip_to_newline() are the LineReader's
 
     @staticmethod
     def _compact(buf: bytes, start: int, end: int) -> bytes:

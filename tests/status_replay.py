@@ -5,14 +5,11 @@ promtool evaluates the shipped prometheus/rules/*.yml over that render."""
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from sglang_obs.exporter.status import Classification, StatusBoard, load_classification
-from sglang_obs.generate import detection
+from sglang_obs.generate import promtool_eval
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render
 from sglang_obs.states import STATES
@@ -75,26 +72,11 @@ def input_series(rendered: Rendered) -> list[dict]:
 def rules_states(rendered: Rendered, workdir: Path) -> list[str | None]:
     """instance:sglang_state:code at every scrape step as promtool evaluates the shipped rule
     files (recording rules first) over the render; None where no state was recorded."""
-    promtool = require_binary("promtool")
-    test = {
-        "rule_files": [str(p) for p in detection.RULE_FILES],
-        "evaluation_interval": f"{STEP:.0f}s",
-        "group_eval_order": detection.group_eval_order(),
-        "tests": [{
-            "interval": f"{STEP:.0f}s",
-            "input_series": input_series(rendered),
-            "promql_expr_test": [{"expr": STATE_EXPR.format(index=i),
-                                  "eval_time": f"{i * STEP:.0f}s", "exp_samples": []}
-                                 for i in range(rendered.steps)],
-        }],
-    }
-    path = workdir / "state_test.yml"
-    path.write_text(yaml.safe_dump(test, width=1_000_000, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
-                            text=True, timeout=600)
-    output = result.stdout + result.stderr
-    if result.returncode != 0 and "FAILED" not in output:
-        raise RuntimeError(f"promtool failed:\n{output[-3000:]}")
+    require_binary("promtool")
+    output = promtool_eval.evaluate(
+        input_series(rendered), [(STATE_EXPR.format(index=i), i * STEP)
+                                 for i in range(rendered.steps)], STEP, workdir, "state",
+        timeout=600)
     states: list[str | None] = [None] * rendered.steps
     for index, got in _GOT.findall(output):
         samples = _SAMPLE.findall(got)

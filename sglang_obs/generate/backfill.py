@@ -169,31 +169,18 @@ def _promtool_seconds(text: str) -> float:
 def firing_alerts(rendered: Rendered, workdir: Path) -> dict[tuple, set[int]]:
     """{ALERTS labels (alertstate="firing", no __name__): the steps it fired at}: the shipped
     rule files evaluated by promtool over `rendered` from its first step, every step."""
-    from sglang_obs.generate import rules  # noqa: PLC0415 - only this needs the rule tables
+    from sglang_obs.generate import promtool_eval  # noqa: PLC0415 - it reads the rule tables
 
-    promtool = _binary("promtool")
     series_file = workdir / "alerts.series.yml"
     write_promtool_series(rendered, series_file)
     series = yaml.safe_load(series_file.read_text())["input_series"]
-    files = [rules.RULES_DIR / name for name, _ in rules.RULE_FILES]
     step = int(rendered.step)
-    test = {
-        "rule_files": [str(p) for p in files],
-        "evaluation_interval": f"{step}s",
-        "group_eval_order": [g["name"] for p in files
-                             for g in yaml.safe_load(p.read_text())["groups"]],
-        "tests": [{"interval": f"{step}s", "input_series": series,
-                   "promql_expr_test": [{"expr": 'ALERTS{alertstate="firing"}',
-                                         "eval_time": f"{i * step}s", "exp_samples": []}
-                                        for i in range(rendered.steps)]}],
-    }
-    path = workdir / "alerts_test.yml"
-    path.write_text(yaml.safe_dump(test, width=1_000_000, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
-                            text=True, timeout=1800)
-    output = result.stdout + result.stderr
-    if result.returncode != 0 and "FAILED" not in output:
-        raise BackfillError(f"promtool test rules: {output[-2000:]}")
+    try:
+        output = promtool_eval.evaluate(series, [('ALERTS{alertstate="firing"}', i * step)
+                                                 for i in range(rendered.steps)], step,
+                                        workdir, "alerts")
+    except promtool_eval.PromtoolError as err:
+        raise BackfillError(str(err)) from None
     fired: dict[tuple, set[int]] = {}
     for at, got in _FAILED_AT.findall(output):
         index = round(_promtool_seconds(at) / step)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -27,15 +25,14 @@ from pathlib import Path
 import yaml
 
 from sglang_obs import config_dir
-from sglang_obs.generate import rules
+from sglang_obs.generate import promtool_eval, rules
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render
 from sglang_obs.states import STATES
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-# Recording rules before the alerts that read them; promtool otherwise evaluates the groups in
-# a random order at each step, and an alert may see the previous step's recorded values.
-RULE_FILES = [rules.RULES_DIR / name for name, _ in rules.RULE_FILES]
+RULE_FILES = promtool_eval.RULE_FILES
+group_eval_order = promtool_eval.group_eval_order
 DOCS = (config_dir.checkout() or ROOT) / "docs"  # a developer command
 DOC = DOCS / "detection.md"
 E2E_RESULTS = DOCS / "detection-e2e.json"
@@ -62,10 +59,6 @@ GUARDED_STATES = ("unavailable", *rules.SATURATION_STATES)
 MAX_RUN = 12  # evaluations: runs are counted up to this length
 
 _SAMPLE = re.compile(r"\{([^}]*)\} ([-+0-9.eE]+|NaN)")
-
-
-def group_eval_order() -> list[str]:
-    return [g["name"] for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]]
 
 
 def quiet_scenarios() -> list[str]:
@@ -225,9 +218,6 @@ def _run_exprs(end: int) -> list[tuple[str, int]]:
 
 def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path,
              crashes: bool = False, runs: bool = False) -> Detection:
-    promtool = shutil.which("promtool")
-    if not promtool:
-        raise SystemExit("promtool not found: apt-get install prometheus")
     series = _input_series(rendered)
     end = int(rendered.steps - 1) * STEP
     window = f"{end}s:{STEP}s"
@@ -236,24 +226,8 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path,
     windows = _window_exprs(truth, crashes, end)
     run_exprs = _run_exprs(end) if runs else []
     exprs = [(fired_expr, end), (state_expr, end)] + windows + run_exprs
-    test = {
-        "rule_files": [str(p) for p in RULE_FILES],
-        "evaluation_interval": f"{STEP}s",
-        "group_eval_order": group_eval_order(),
-        "tests": [{
-            "interval": f"{STEP}s",
-            "input_series": series,
-            "promql_expr_test": [{"expr": e, "eval_time": f"{min(at, end)}s", "exp_samples": []}
-                                 for e, at in exprs],
-        }],
-    }
-    path = workdir / "detection_test.yml"
-    path.write_text(yaml.safe_dump(test, width=1_000_000, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
-                            text=True, timeout=1800)
-    output = result.stdout + result.stderr
-    if "FAILED" not in output and result.returncode != 0:
-        raise RuntimeError(f"promtool failed:\n{output[-3000:]}")
+    output = promtool_eval.evaluate(series, [(e, min(at, end)) for e, at in exprs], STEP,
+                                    workdir, "detection")
 
     def got(expr):
         return _parse_got(output, expr.replace('"', '\\"'))
