@@ -154,7 +154,7 @@ def test_every_fault_notifies_with_its_class_within_90_seconds(detections):
                 wait = budgets[detection.CLASS_ALERT[truth.cls]].group_wait
                 assert latency + wait <= detection.NOTIFY_WITHIN_SECONDS, (d.scenario, truth)
                 checked += 1
-    assert checked >= 10
+    assert checked >= 9
 
 
 @pytest.mark.slow

@@ -77,9 +77,10 @@ def evidence(name, truth):
     if cls == "scheduling_bottleneck":
         return (share(waiting, lambda v: v > 0) >= 0.9 and max(v for v in kv if v) < 0.5
                 and share(ratio, lambda v: v >= 0.8) >= 0.9)
-    if cls == "gpu_lost":
-        lost = [v for v in w("sglang_obs_gpu_device_up") if v is not None]
-        return 0 in lost and all(v == 0 for v in up[1:])
+    if cls == "gpu_lost":  # the faulted GPU reads lost, and SGLang is down
+        gpus = {f.gpu for f in scenarios.load(name).faults if f.kind == "gpu_lost"}
+        lost = all(0 in w("sglang_obs_gpu_device_up", gpu=str(g)) for g in gpus)
+        return bool(gpus) and lost and all(v == 0 for v in up[1:])
     raise AssertionError(f"no evidence check for class {cls}")
 
 
