@@ -44,7 +44,12 @@ AFTER_CLEAR = 135  # seconds watched after the last clear: the resolve target an
 HOSTS = (("long-context-incident", 0), ("kv-exhaustion", 150), ("decode-contention", 150),
          ("scheduling-bottleneck", 150), ("crash-restart", 420), ("gpu-lost", 120),
          ("healthy", 60), ("idle-preallocated", 0), ("planned-restart", 300))
-TOLERANCE = 30  # seconds between this run and the recorded one (scrape/evaluation phases)
+# Seconds between this run and the recorded one: two runs start at different phases of the
+# evaluation and of Alertmanager's group flushes, so they differ by up to one of each.
+TOLERANCE = (detection.seconds(yaml.safe_load((ROOT / "alertmanager/alertmanager.yml")
+                                              .read_text())["route"]["group_interval"])
+             + detection.seconds(yaml.safe_load((ROOT / "prometheus/prometheus.yml").read_text())
+                                 ["global"]["evaluation_interval"]))
 
 
 @dataclass
