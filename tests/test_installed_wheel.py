@@ -2,8 +2,15 @@
 fresh virtualenv outside it (with the constraints file), run from another folder.
 
 `sglang-exporter --help`, `sglang-sim render` of one scenario, `sglang-obs rules --check` against
-the installed configuration, and a 60-second `sglang-obs stack up --native --demo` whose
-Watchdog must reach the alert sink.
+the installed configuration, and a `sglang-obs stack up --native --demo` whose Watchdog must
+reach the alert sink within 90 s.
+
+Why 90 s and not less: Prometheus evaluates the Watchdog within one evaluation interval (15 s) of
+its start, but an alert evaluated before its notifier has learnt the Alertmanager's address (the
+discovery manager's first update, about 5 s after start) is consumed without being sent; the rule
+sends it again only after --rules.alert.resend-delay (1 min). Where the first evaluation falls
+depends on a hash of the rule file's path, so the same wheel passes a 60 s bound from one folder and
+fails it from another.
 """
 
 import json
@@ -24,6 +31,10 @@ from conftest import ROOT, require_binary
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 # Build inputs only: what a fresh clone has, without this machine's caches and venvs.
+# First evaluation (≤ 15 s) + one resend delay (60 s) + Alertmanager's deadman route (0 s wait)
+# + the sink, with room for a loaded machine.
+WATCHDOG_BOUND_S = 90
+
 IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", "dist",
                                 ".pytest_cache", ".ruff_cache", ".whl", ".gl", "docs", "tests")
 
@@ -99,7 +110,7 @@ def pipeline_state(banner: str) -> str:
     return "\n".join(out)
 
 
-def test_installed_native_demo_stack_delivers_the_watchdog_within_60_s(installed):
+def test_installed_native_demo_stack_delivers_the_watchdog_within_90_s(installed):
     require_binary("prometheus")
     require_binary("prometheus-alertmanager")  # Debian's name, which the runner looks for first
     bin_dir, _, work = installed
@@ -118,7 +129,7 @@ def test_installed_native_demo_stack_delivers_the_watchdog_within_60_s(installed
     started = time.monotonic()
     seen = None
     try:
-        while time.monotonic() - started < 60 and proc.poll() is None:
+        while time.monotonic() - started < WATCHDOG_BOUND_S and proc.poll() is None:
             if alerts.exists():
                 names = [json.loads(line)["labels"]["alertname"]
                          for line in alerts.read_text().splitlines()]
@@ -130,5 +141,5 @@ def test_installed_native_demo_stack_delivers_the_watchdog_within_60_s(installed
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         output = "".join(banner) + proc.communicate(timeout=30)[0]
-    assert seen is not None, f"no Watchdog at the sink in 60 s:\n{output[-3000:]}\n{diagnosis}"
+    assert seen is not None, f"no Watchdog at the sink in {WATCHDOG_BOUND_S} s:\n{output[-3000:]}\n{diagnosis}"
     print(f"Watchdog at the sink {seen:.0f} s after the stack was up")
