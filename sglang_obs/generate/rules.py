@@ -30,6 +30,7 @@ RULE_FILES = (
     ("sglang.rules.yml", "Recording rules: read these, not raw SGLang series."),
     ("sglang.alerts.yml", "SGLang alerts."),
     ("gpu.alerts.yml", "GPU and meta alerts."),
+    ("fleet.alerts.yml", "Fleet alerts: hosts shipping into one store (docs/fleet.md)."),
 )
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
@@ -125,7 +126,7 @@ def _e(t) -> str:
 # -- recording rules ---------------------------------------------------------------------------
 def recording_groups(t: dict) -> list[Group]:
     s = _s(t)
-    by = "sum by (instance, model_name)"
+    by = "sum by (cluster, host, instance, model_name)"
     serving: list[Record] = []
     for metric, label in (("num_requests", "Requests finished"),
                           ("prompt_tokens", "Prompt tokens"),
@@ -146,7 +147,7 @@ def recording_groups(t: dict) -> list[Group]:
         for qname, q in QUANTILES:
             serving.append(Record(
                 f"instance_model:sglang_{hist}:{qname}_5m",
-                f"histogram_quantile({q}, sum by (instance, model_name, le) "
+                f"histogram_quantile({q}, sum by (cluster, host, instance, model_name, le) "
                 f"(rate(sglang:{hist}_bucket{{{s}}}[5m])))",
                 f"{label} {qname} over 5 minutes (capped at the top finite bucket)."))
     serving.append(Record(
@@ -158,9 +159,9 @@ def recording_groups(t: dict) -> list[Group]:
     serving.append(Record(
         "instance:sglang_http_5xx:ratio_rate5m",
         f"""
-(sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
-   or 0 * sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])))
-  / (sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > 0)""",  # noqa: E501
+(sum by (cluster, host, instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
+   or 0 * sum by (cluster, host, instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])))
+  / (sum by (cluster, host, instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > 0)""",  # noqa: E501
         "Share of serving-endpoint responses that are 5xx (0.5.7+), 0 when there are none; "
         "/metrics and /health are counted by SGLang too, hence the endpoint filter."))
 
@@ -181,8 +182,8 @@ def recording_groups(t: dict) -> list[Group]:
         "instance_model:sglang_requests:rate1h",
         f"""
 {by} (increase({count}[1h]))
-  / on (instance, model_name) clamp(
-      time() - min by (instance, model_name) (min_over_time(timestamp({count})[1h:1m])),
+  / on (cluster, instance, model_name) clamp(
+      time() - min by (cluster, host, instance, model_name) (min_over_time(timestamp({count})[1h:1m])),
       300, 3600)""",
         "Traffic floor of the SLO alerts: requests per second over the last hour, or over the "
         "history there is (at least 5 minutes) when Prometheus has less: rate() over 1h would "
@@ -196,31 +197,31 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
     """The states in priority order: a server is in the first one whose condition holds."""
     c = t["classification"]
     kv = (f"(instance:sglang_kv_occupancy:ratio >= {c['kv_occupancy_ratio']})"
-          f" or ({retractions_record(t)} > 0)")
+          f" or on (cluster, instance) ({retractions_record(t)} > 0)")
     # Waiting prompts behind a running batch at its limit are not a prefill backlog: they wait
     # for a slot (decode contention or a scheduling limit), not for prefill compute.
     prefill = (f"(instance:sglang_prefill_backlog_tokens:max >= {c['prefill_backlog_tokens']})"
-               " and on (instance) (instance:sglang_waiting_requests:max > 0)"
-               " unless on (instance) (instance:sglang_running_requests_per_max:ratio >= "
+               " and on (cluster, instance) (instance:sglang_waiting_requests:max > 0)"
+               " unless on (cluster, instance) (instance:sglang_running_requests_per_max:ratio >= "
                f"{c['running_ratio_at_limit']})")
     # At the limit a batch is slower per request anyway: only a collapse counts there; below
     # it, a batch twice its usual size with a clear drop does.
     decode = f"""(((instance:sglang_decode_speed_per_request:max
     < {c['decode_speed_collapse_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
-   and on (instance)
+   and on (cluster, instance)
        (instance:sglang_running_requests_per_max:ratio >= {c['running_ratio_at_limit']}))
   or ((instance:sglang_decode_speed_per_request:max
        < {c['decode_speed_drop_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
-      and on (instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
-      and on (instance) (instance:sglang_running_requests:max
+      and on (cluster, instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
+      and on (cluster, instance) (instance:sglang_running_requests:max
                          >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h))
- ) and on (instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""
+ ) and on (cluster, instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""
     scheduling = (f"(instance:sglang_queue_nonempty_duration_seconds:max >= "
                   f"{c['scheduling_queue_seconds']})"
-                  f" and on (instance) (instance:sglang_kv_occupancy:ratio < "
+                  f" and on (cluster, instance) (instance:sglang_kv_occupancy:ratio < "
                   f"{c['scheduling_kv_ratio_below']})")
     idle = ("(instance:sglang_running_requests:max == 0)"
-            " and on (instance) (instance:sglang_waiting_requests:max == 0)")
+            " and on (cluster, instance) (instance:sglang_waiting_requests:max == 0)")
     limit = f"{c['running_ratio_at_limit']} of the effective `max_running_requests`"
     return (
         StateClass("unavailable", "instance:sglang_available:min == 0",
@@ -259,14 +260,15 @@ def explained(t: dict, window: str | None = None) -> str:
     """`unless` clause of a symptom alert: silent while a saturation state of its server holds
     or held within the window (its state alert is the notification)."""
     w = window or t["symptom_explained_window"]
-    return f"unless on (instance) (max_over_time(instance:sglang_saturated:bool[{w}]) == 1)"
+    return f"unless on (cluster, instance) (max_over_time(instance:sglang_saturated:bool[{w}]) == 1)"
 
 
 def state_group(t: dict) -> Group:
     s, e = _s(t), _e(t)
     g: list[Record] = [Record(
         "instance:sglang_available:min",
-        f"max by (instance) (sglang_obs_up{{{e}}})\nor max by (instance) (up{{{s}}})",
+        f"max by (cluster, host, instance) (sglang_obs_up{{{e}}})\n"
+        f"or on (cluster, instance) max by (cluster, host, instance) (up{{{s}}})",
         "1 when the server answers: the exporter's poll (any endpoint) when it watches the "
         "server, else Prometheus's scrape. A server with metrics off still serves.")]
     for name, metric in (("running_requests", "running_requests"),
@@ -276,18 +278,18 @@ def state_group(t: dict) -> Group:
                          ("decode_speed_per_request",
                           "decode_speed_per_request_tokens_per_second")):
         g.append(Record(
-            f"instance:sglang_{name}:max", f"max by (instance) (sglang_obs_{metric}{{{e}}})",
+            f"instance:sglang_{name}:max", f"max by (cluster, host, instance) (sglang_obs_{metric}{{{e}}})",
             f"Exporter's live {name.replace('_', ' ')} (polled every second), per server."))
     g.append(Record("instance:sglang_running_requests_per_max:ratio",
-                    f"max by (instance) (sglang_obs_running_requests_ratio{{{e}}})",
+                    f"max by (cluster, host, instance) (sglang_obs_running_requests_ratio{{{e}}})",
                     "Running requests over the effective max_running_requests."))
     g.append(Record("instance:sglang_kv_occupancy:ratio",
-                    f"max by (instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
+                    f"max by (cluster, host, instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
                     "KV pool used over capacity at full resolution."))
     x = f"sglang:num_retracted_requests_total{{{s}}}"
     w = t["classification"]["kv_retraction_window"]
     g.append(Record(retractions_record(t), f"""
-sum by (instance) (
+sum by (cluster, host, instance) (
     (increase({x}[{w}]) or 0 * {x})
   + ((min_over_time({x}[{w}]) unless {x} offset {w}) or 0 * {x}))""",
                     f"Requests retracted (KV pool full in decode) in the last {w} (0.5.7+). "
@@ -304,7 +306,7 @@ sum by (instance) (
     # Each state's code where its condition holds; `or` keeps the first, so priority is order.
     branches = [(f"{STATES.index(k.state)} + " if STATES.index(k.state) else "")
                 + f"0 * ({k.condition})" for k in classes]
-    g.append(Record("instance:sglang_state:code", "\nor ".join(branches),
+    g.append(Record("instance:sglang_state:code", "\nor on (cluster, instance) ".join(branches),
                     "One state per server, by priority: "
                     + ", ".join(k.state for k in classes) + " (seed 000's reading guide). "
                     "Codes: " + ", ".join(f"{i} {n}" for i, n in enumerate(STATES)) + "."))
@@ -315,7 +317,7 @@ sum by (instance) (
     codes = " or ".join(f"instance:sglang_state:code == {STATES.index(k)}"
                         for k in SATURATION_STATES)
     g.append(Record("instance:sglang_saturated:bool",
-                    f"0 * instance:sglang_state:code + 1 and on (instance) ({codes})\n"
+                    f"0 * instance:sglang_state:code + 1 and on (cluster, instance) ({codes})\n"
                     "or 0 * instance:sglang_state:code",
                     "1 while the server is in a saturation state ("
                     + ", ".join(SATURATION_STATES) + "), else 0: the symptom alerts read it."))
@@ -331,8 +333,8 @@ def availability_alerts(t: dict) -> tuple[Alert, ...]:
         Alert(
             "SGLangServerDown",
             f"""
-max by (instance, host) (sglang_obs_up{{{e}}}) == 0
-or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}))""",  # noqa: E501
+max by (cluster, host, instance) (sglang_obs_up{{{e}}}) == 0
+or (max by (cluster, host, instance) (up{{{s}}}) == 0 unless on (cluster, instance) max by (cluster, host, instance) (sglang_obs_up{{{e}}}))""",  # noqa: E501
             "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
             "the exporter still reaches the API, is SGLangMetricsMissing, not this. `host` (the "
             "exporter's) lets a lost GPU of the same host inhibit it. Prometheus's scrape decides "
@@ -346,9 +348,9 @@ or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (s
         Alert(
             "SGLangMetricsMissing",
             f"""
-(max by (instance) (up{{{s}}}) == 0 and on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)
-or (max by (instance) (up{{{s}}}) == 1
-    unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}}))""",  # noqa: E501
+(max by (cluster, host, instance) (up{{{s}}}) == 0 and on (cluster, instance) max by (cluster, host, instance) (sglang_obs_up{{{e}}}) == 1)
+or (max by (cluster, host, instance) (up{{{s}}}) == 1
+    unless on (cluster, instance) count by (cluster, host, instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}}))""",  # noqa: E501
             "The API answers but /metrics fails (--enable-metrics off: 404) or has no scheduler "
             "series (sglang_* names not renamed back, see prometheus.yml).",
             severity="warning", for_="10m",
@@ -417,18 +419,19 @@ or (max by (instance) (up{{{s}}}) == 1
 
 
 def _quote(query: str, text: str, fmt: str = "humanize") -> str:
-    """A description fragment with the value of `query` for this alert's instance (`%q` is the
-    instance); nothing when the query returns nothing, so a missing series never prints junk."""
-    return (f'{{{{ with printf `{query}` $labels.instance | query }}}}'
+    """A description fragment with the value of `query` for this alert's instance (the `%q`s are
+    the cluster, empty outside a fleet, and the instance); nothing when the query returns
+    nothing, so a missing series never prints junk."""
+    return (f'{{{{ with printf `{query}` $labels.cluster $labels.instance | query }}}}'
             f'{text.format(v=f"{{{{ . | first | value | {fmt} }}}}")}{{{{ end }}}}')
 
 
 # What the user sees, quoted in each saturation alert: the symptom alerts it silences.
-WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{instance=%q} > 0",
+WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{cluster=%q, instance=%q} > 0",
                  "; requests have been waiting continuously for {v}", "humanizeDuration")
-TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m{instance=%q})",
+TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m{cluster=%q, instance=%q})",
                   "; TTFT p95 over 5 minutes is {v}", "humanizeDuration")
-ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m{instance=%q})",
+ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m{cluster=%q, instance=%q})",
                  "; ITL p95 over 5 minutes is {v}", "humanizeDuration")
 
 
@@ -436,7 +439,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
     a, sustain = t["alerts"], t["sustain"]
     keep = sustain["keep_firing_for"]
     meaning = {k.state: k.meaning for k in state_classes(t)}
-    retracted = _quote(f"{retractions_record(t)}{{instance=%q}} > 0",
+    retracted = _quote(f"{retractions_record(t)}{{cluster=%q, instance=%q}} > 0",
                        "{v} requests were retracted in the last "
                        f"{t['classification']['kv_retraction_window']} and ")
 
@@ -445,7 +448,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
 
     def state_expr(signal: str, state: str) -> str:
         # The signal as the value, so the description can quote it.
-        return f"{signal} and on (instance) (instance:sglang_state:code == {STATES.index(state)})"
+        return f"{signal} and on (cluster, instance) (instance:sglang_state:code == {STATES.index(state)})"
 
     return (
         Alert(
@@ -544,7 +547,7 @@ def slo_alerts(t: dict) -> tuple[Alert, ...]:
                 f"""
 instance_model:sglang_{o.key}_slo_errors:ratio_rate{long} > {budget}
 and instance_model:sglang_{o.key}_slo_errors:ratio_rate{short} > {budget}
-and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}
+and on (cluster, instance, model_name) instance_model:sglang_requests:rate1h > {floor}
 {explained(t, _longer(short, t["symptom_explained_window"]))}""",
                 f"{factor}x burn over {long} and {short}: "
                 f"{'pages' if severity == 'critical' else 'a ticket'}; traffic floor {floor} "
@@ -569,9 +572,9 @@ and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}
             "SGLangRequestErrors",
             f"""
 (instance_model:sglang_aborted_requests:ratio_rate5m > {a['request_error_ratio']}
-  and on (instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
-or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
-  and on (instance) sum by (instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
+  and on (cluster, instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
+or on (cluster, instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
+  and on (cluster, instance) sum by (cluster, host, instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
             "Aborted or 5xx requests above the threshold, with a traffic floor.",
             severity="warning", for_="5m", summary="SGLang requests are failing.",
             description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests "
@@ -586,9 +589,9 @@ or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_rati
             f"""
 instance_model:sglang_cache_hit:ratio_rate15m
   < {a['cache_hit_drop_ratio']} * instance_model:sglang_cache_hit:ratio_rate6h
-and on (instance, model_name) instance_model:sglang_cache_hit:ratio_rate6h > {a['cache_hit_baseline_min']}
-and on (instance, model_name) instance_model:sglang_prompt_tokens:rate5m > {a['cache_hit_floor_prompt_tokens_per_second']}
-unless on (instance) (max by (instance) (resets(sglang:num_requests_total{{{s}}}[1h])) > 0)""",  # noqa: E501
+and on (cluster, instance, model_name) instance_model:sglang_cache_hit:ratio_rate6h > {a['cache_hit_baseline_min']}
+and on (cluster, instance, model_name) instance_model:sglang_prompt_tokens:rate5m > {a['cache_hit_floor_prompt_tokens_per_second']}
+unless on (cluster, instance) (max by (cluster, host, instance) (resets(sglang:num_requests_total{{{s}}}[1h])) > 0)""",  # noqa: E501
             "Against the server's own 6 h baseline, with a traffic floor; a restart empties the "
             "cache, so servers restarted in the last hour are excluded.",
             severity="warning", for_="15m", summary="SGLang prefix-cache hit ratio dropped.",
@@ -613,8 +616,8 @@ def gpu_alerts(t: dict) -> tuple[Alert, ...]:
             "GPULost",
             f"""
 max_over_time(sglang_obs_gpu_device_up{{{e}}}[15s]) == 0
-or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collector_up{{{e}}}[30s])) == 0
-    and on (instance) max by (instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
+or on (cluster, instance) (max by (cluster, host, instance) (max_over_time(sglang_obs_gpu_collector_up{{{e}}}[30s])) == 0
+    and on (cluster, instance) max by (cluster, host, instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
             "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also "
             "a host whose NVML stopped working after it had GPUs in the last hour. Windows "
             "(every read in the last 15 s, 30 s for the whole collector) instead of a for: "
@@ -665,7 +668,7 @@ or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collecto
                        "(`sglang_obs_gpu_remapped_rows_failure == 1`)"),
         Alert(
             "GPUThermalThrottling",
-            f"max by (instance, gpu, uuid) (sglang_obs_gpu_clock_event_active{{{e}, "
+            f"max by (cluster, host, instance, gpu, uuid) (sglang_obs_gpu_clock_event_active{{{e}, "
             f"reason=~\"{reasons}\"}}) == 1",
             "Clocks held down by heat or a power brake: everything on this GPU runs slower.",
             severity="warning", for_="5m", summary="A GPU is throttling.",
@@ -677,7 +680,7 @@ or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collecto
             "GPUPCIeLinkDegraded",
             f"""
 sglang_obs_gpu_pcie_link_downgraded{{{e}}} == 1
-and on (instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
+and on (cluster, instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
             "A link below its maximum under load (links may downshift at idle to save power).",
             severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
             description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "
@@ -702,12 +705,100 @@ META_ALERTS = (
 )
 
 
+def _sh(t) -> str:
+    return f'job="{t["selectors"]["shipper_job"]}"'
+
+
+# Alerts that compare hosts with one another on purpose: they aggregate across clusters (the one
+# exception to "every by (...) and on (...) keeps cluster", tests/test_fleet_rules.py).
+FLEET_WIDE_ALERTS = ("SGLangHostClusterLabelMissing", "SGLangHostIdentityConflict")
+
+
+def fleet_alerts(t: dict) -> tuple[Alert, ...]:
+    e, s, sh, f = _e(t), _s(t), _sh(t), t["fleet"]
+    window, for_ = f["not_reporting_window"], f["not_reporting_for"]
+    dropped = " or ".join(
+        f"increase({c}{{{sh}}}[15m]) > 0" for c in (
+            "vm_persistentqueue_bytes_dropped_total", "vmagent_remotewrite_packets_dropped_total",
+            "prometheus_remote_storage_samples_dropped_total",
+            "prometheus_remote_storage_samples_failed_total"))
+    return (
+        Alert(
+            "SGLangHostNotReporting",
+            f"""
+group by (cluster, host) (max_over_time(up[1h]))
+unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))""",
+            "The store heard from the host in the last hour and nothing for the window: no up "
+            "sample of any job, so neither a healthy nor a failing scrape. The host's last values "
+            "are not its state: its servers, GPUs and alerts are unknown, not healthy. A store "
+            "outage does not fire it: the shippers' buffers fill the gap within the for:.",
+            severity="critical", for_=for_, summary="A fleet host stopped reporting.",
+            description=f"No sample from host {{{{ $labels.host }}}} (cluster "
+                        f"{{{{ $labels.cluster }}}}) for at least {window} and {{for}}: its "
+                        "shipper, its network or the host is down, and its servers' state is "
+                        "unknown.",
+            dashboard="sglang-fleet",
+            fires_when=f"the store has an `up` sample of the host in the last hour but none in "
+                       f"the last {window} (every job: SGLang, the exporter, the shipper), for "
+                       f"{duration_words(for_)}"),
+        Alert(
+            "SGLangShipperDroppingData",
+            dropped,
+            "The shipper threw data away: its on-disk buffer reached its bound while the store was "
+            "down or slow (vmagent drops the oldest blocks), or the store refused the writes "
+            "(vmagent drops a block the store answers 4xx; Prometheus agent counts failed and "
+            "dropped samples). The gap is permanent.",
+            severity="warning", for_="0m", summary="A fleet shipper is dropping samples.",
+            description="The shipper on host {{ $labels.host }} (cluster {{ $labels.cluster }}) "
+                        "dropped data in the last 15 minutes ({{ $value | humanize }} by "
+                        "{{ $labels.__name__ }}): those samples never reach the store.",
+            dashboard="sglang-fleet",
+            fires_when="in the last 15 minutes the shipper dropped buffered bytes "
+                       "(`vm_persistentqueue_bytes_dropped_total`), blocks the store refused "
+                       "(`vmagent_remotewrite_packets_dropped_total`), or, for a Prometheus agent, "
+                       "samples (`prometheus_remote_storage_samples_dropped_total`, "
+                       "`prometheus_remote_storage_samples_failed_total`)"),
+        Alert(
+            "SGLangHostClusterLabelMissing",
+            """
+group by (job, instance, host) (up{cluster=""})
+and on () (count(up{cluster!=""}) > 0)""",
+            "A store where some hosts name their cluster and some do not: the unnamed ones would "
+            "be merged with one another by every per-cluster rule and dashboard. Silent outside "
+            "a fleet, where no series has a cluster.",
+            severity="warning", for_="5m", summary="A fleet host ships without a cluster label.",
+            description="Target {{ $labels.instance }} ({{ $labels.job }}, host "
+                        "{{ $labels.host }}) has no cluster label while other hosts have one: set "
+                        "its shipper's cluster.",
+            dashboard="sglang-fleet",
+            fires_when="a target's `up` has no `cluster` label while other targets in the store "
+                       "have one, for 5 minutes"),
+        Alert(
+            "SGLangHostIdentityConflict",
+            f"""
+count by (cluster, instance) (group by (cluster, instance, host) (up{{{s}}})) > 1
+or label_replace(count by (host) (group by (cluster, host) (up{{{e}}})) > 1, "cluster", "(several)", "", "")""",  # noqa: E501
+            "Two hosts claim one identity: one server address reported by two hosts of a cluster "
+            "(their series merge in every per-server rule), or one host name in two clusters (a "
+            "copied shipper configuration with a wrong cluster).",
+            severity="warning", for_="5m", summary="Two fleet hosts share an identity.",
+            description="{{ with $labels.instance }}Server {{ . }} is reported by "
+                        "{{ $value }} hosts of cluster {{ $labels.cluster }}{{ else }}Host "
+                        "{{ $labels.host }} reports in {{ $value }} clusters{{ end }}: their "
+                        "series are merged; give each host its own name and cluster.",
+            dashboard="sglang-fleet",
+            fires_when="one SGLang `instance` is reported by more than one `host` of a cluster, or "
+                       "one `host` reports an exporter in more than one `cluster`, for 5 minutes"),
+    )
+
+
 def alert_groups(t: dict) -> list[Group]:
     return [Group("sglang-availability.alerts", "sglang.alerts.yml", availability_alerts(t)),
             Group("sglang-saturation.alerts", "sglang.alerts.yml", saturation_alerts(t)),
             Group("sglang-slo.alerts", "sglang.alerts.yml", slo_alerts(t)),
             Group("gpu.alerts", "gpu.alerts.yml", gpu_alerts(t)),
-            Group("meta.alerts", "gpu.alerts.yml", META_ALERTS)]
+            Group("meta.alerts", "gpu.alerts.yml", META_ALERTS),
+            Group("fleet.alerts", "fleet.alerts.yml", fleet_alerts(t))]
 
 
 def alerts(t: dict) -> list[Alert]:
@@ -738,6 +829,12 @@ def duration_words(duration: str) -> str:
     return f"{number} {unit}{'s' if number != 1 else ''}"
 
 
+# In a fleet the dashboard link opens on the alert's cluster and host (Grafana's var- URL
+# parameters); outside one (no cluster label) the link is the plain dashboard.
+DASHBOARD_FLEET_VARS = ("{{ with $labels.cluster }}?var-cluster={{ . | urlquery }}"
+                        "{{ with $labels.host }}&var-host={{ . | urlquery }}{{ end }}{{ end }}")
+
+
 def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
     """A rule as Prometheus reads it; thresholds give the alerts' runbook and dashboard links."""
     if isinstance(rule, Record):
@@ -750,7 +847,7 @@ def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
             "summary": rule.summary,
             "description": rule.description.replace("{for}", duration_words(rule.for_)),
             "runbook_url": f"{t['runbook_base']}#{runbook_anchor(rule.name)}",
-            "dashboard": f"{t['dashboard_base']}/{rule.dashboard}",
+            "dashboard": f"{t['dashboard_base']}/{rule.dashboard}{DASHBOARD_FLEET_VARS}",
         },
     }
 
