@@ -40,6 +40,9 @@ PROMETHEUS_YML = ROOT / "prometheus" / "prometheus.yml"
 FLEET_DIR = ROOT / "prometheus" / "fleet"
 VMAGENT_YML = FLEET_DIR / "vmagent.yml"
 AGENT_YML = FLEET_DIR / "prometheus-agent.yml"
+CENTRAL_SCRAPE_YML = FLEET_DIR / "central-scrape.yml"
+CENTRAL_ADDRESSES = {"victoria-metrics": "victoriametrics:8428", "vmalert": "vmalert:8880",
+                     "alertmanager": "alertmanager:9093"}
 
 # The jobs a host ships (the rest of prometheus.yml scrapes the central side's own parts).
 HOST_JOBS = ("sglang", "sglang-obs")
@@ -181,6 +184,16 @@ def agent_config(prom: dict[str, Any], cluster: str, host: str, write_url: str) 
     return config
 
 
+def central_scrape_config(addresses: dict[str, str] = CENTRAL_ADDRESSES) -> dict[str, Any]:
+    """What the central store scrapes itself: its own, vmalert's and Alertmanager's metrics,
+    labelled cluster="central", host="central" so that they never pass for a host without a
+    cluster (SGLangHostClusterLabelMissing)."""
+    jobs = [{"job_name": job, "static_configs": [{"targets": [address]}], "sample_limit": 10000,
+             "relabel_configs": identity_relabel("central", "central")}
+            for job, address in addresses.items()]
+    return {"global": {"scrape_interval": "15s"}, "scrape_configs": jobs}
+
+
 def render(config: dict[str, Any], comment: str) -> str:
     return HEADER + comment + yaml.safe_dump(config, sort_keys=False, width=100)
 
@@ -194,6 +207,9 @@ def files(prom_path: Path = PROMETHEUS_YML) -> dict[Path, str]:
             f"# vmagent -promscrape.config. {CLUSTER_ENV} and {HOST_ENV} come from the\n"
             "# environment (vmagent expands %{VAR}). Flags: sglang-obs fleet shipper-flags, or\n"
             "# docker-compose.fleet.yml, which carries them.\n")),
+        CENTRAL_SCRAPE_YML: render(central_scrape_config(), (
+            "# VictoriaMetrics -promscrape.config on the central side (docker-compose.central.yml)"
+            ".\n")),
         AGENT_YML: render(agent, (
             "# prometheus --enable-feature=agent --config.file=THIS --storage.agent.path=DIR\n"
             f"#   --storage.agent.retention.max-time={AGENT_WAL_MAX_TIME}\n"
