@@ -42,9 +42,10 @@ ZERO_FOR_ALLOWED = {
     "SGLangContainerRestarting": "increase() over 15m already spans the restarts",
     "SGLangOOMKilled": "an event counter: one kill is the whole event",
     "SGLangLongQueueing": "the signal is itself a duration (queue non-empty that long)",
-    "GPUXidCritical": "an event, kept visible for the 10m window by its timestamp",
+    "GPULost": "max_over_time windows (15s, 30s) reject one missed read instead of a for:",
     "GPUUncorrectableECC": "an event counter: one uncorrectable error is the whole event",
     "GPURowRemapFailure": "a latched hardware flag",
+    "SGLangShipperDroppingData": "an event counter: one dropped block is a permanent gap",
 }
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}
 

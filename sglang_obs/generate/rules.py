@@ -737,10 +737,11 @@ unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))
             "are not its state: its servers, GPUs and alerts are unknown, not healthy. A store "
             "outage does not fire it: the shippers' buffers fill the gap within the for:.",
             severity="critical", for_=for_, summary="A fleet host stopped reporting.",
-            description=f"No sample from host {{{{ $labels.host }}}} (cluster "
-                        f"{{{{ $labels.cluster }}}}) for at least {window} and {{for}}: its "
-                        "shipper, its network or the host is down, and its servers' state is "
-                        "unknown.",
+            description="No sample has arrived from host {{ $labels.host }} (cluster "
+                        "{{ $labels.cluster }}) for "
+                        + duration_words(f"{_seconds(window) + _seconds(for_)}s")
+                        + ": its shipper, its network or the host is down, and the state of its "
+                        "servers is unknown.",
             dashboard="sglang-fleet",
             fires_when=f"the store has an `up` sample of the host in the last hour but none in "
                        f"the last {window} (every job: SGLang, the exporter, the shipper), for "
@@ -754,8 +755,8 @@ unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))
             "dropped samples). The gap is permanent.",
             severity="warning", for_="0m", summary="A fleet shipper is dropping samples.",
             description="The shipper on host {{ $labels.host }} (cluster {{ $labels.cluster }}) "
-                        "dropped data in the last 15 minutes ({{ $value | humanize }} by "
-                        "{{ $labels.__name__ }}): those samples never reach the store.",
+                        "dropped data in the last 15 minutes: those samples never reach the "
+                        "store.",
             dashboard="sglang-fleet",
             fires_when="in the last 15 minutes the shipper dropped buffered bytes "
                        "(`vm_persistentqueue_bytes_dropped_total`), blocks the store refused "
@@ -830,6 +831,8 @@ def runbook_anchor(alert_name: str) -> str:
 def duration_words(duration: str) -> str:
     """"30s" -> "30 seconds": a description that names its own for: reads it from the rule."""
     number, unit = int(duration[:-1]), {"s": "second", "m": "minute", "h": "hour"}[duration[-1]]
+    if unit == "second" and number >= 60 and number % 60 == 0:
+        number, unit = number // 60, "minute"
     return f"{number} {unit}{'s' if number != 1 else ''}"
 
 
