@@ -192,7 +192,11 @@ def test_central_compose_runs_the_rules_variant_with_the_store_flags_and_grafana
     for flag in shipper.store_flags(PROM):
         assert flag in store
     assert "-promscrape.config=/etc/prometheus/fleet/central-scrape.yml" in store
-    assert "-rule=/etc/prometheus/rules-vmalert/*.yml" in services["vmalert"]["command"]
+    vmalert = services["vmalert"]["command"]
+    assert "-rule=/etc/prometheus/rules-vmalert/*.yml" in vmalert
+    assert "-datasource.queryStep=15s" in vmalert  # as fleet.vmalert_args: a silent host ends
+    native = fleet.vmalert_args("http://vm", "http://am", ":8880")
+    assert {a.split("=")[0] for a in native} == {a.split("=")[0] for a in vmalert}
     assert any(c.startswith("-notifier.url=http://alertmanager:9093")
                for c in services["vmalert"]["command"])
     datasources = yaml.safe_load((ROOT / "grafana/provisioning-central/datasources/"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from sglang_obs.generate import rules, shipper
-from sglang_obs.tools.stack import BIN, ROOT, Component, NativeStack, StackError, _which, free_port
+from sglang_obs.tools.stack import BIN, ROOT, Component, NativeStack, StackError, _which
 
 INCIDENT = "long-context-incident"
 QUIET = "healthy"
@@ -85,8 +86,9 @@ class Fleet:
     def prepare(self) -> None:
         w = self.workdir
         w.mkdir(parents=True, exist_ok=True)
+        ports = iter(free_ports(4 + 4 * len(self.hosts)))
         for name in ("alert-sink", "alertmanager", "victoria-metrics", "vmalert"):
-            self.ports[name] = free_port()
+            self.ports[name] = next(ports)
         vmagent = _which("vmagent")
         comps = [Component("alert-sink", [
             str(BIN / "sglang-obs"), "alert-sink", "--listen",
@@ -108,8 +110,8 @@ class Fleet:
             self.url("vmalert") + "/health"))
         prom = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
         for h in self.hosts:
-            h.sim_port, h.feed_port = free_port(), free_port()
-            h.exporter_port, h.agent_port = free_port(), free_port()
+            h.sim_port, h.feed_port, h.exporter_port, h.agent_port = (
+                next(ports) for _ in range(4))
             comps.append(Component(f"sim-{h.name}", [
                 str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario, "--host",
                 "127.0.0.1", "--port", str(h.sim_port), "--gpu-feed-port", str(h.feed_port),
@@ -180,6 +182,16 @@ class Fleet:
             self.stack.stop()
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports nothing listens on: all bound at once, then released, so
+    that no two components of the fleet are handed the same one."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def _rewrite(prom: dict, h: FleetHost) -> dict:
     """prometheus.yml with the compose addresses of this host's exporter rewritten."""
     text = yaml.safe_dump(prom, sort_keys=False).replace(
@@ -189,8 +201,14 @@ def _rewrite(prom: dict, h: FleetHost) -> dict:
 
 def vmalert_args(store: str, alertmanager: str, listen: str, interval: str = "15s") -> list[str]:
     """vmalert over the central store: the rules' vmalert variant, results written back (recording
-    rules and ALERTS), alert state restored from the store after a restart."""
+    rules and ALERTS), alert state restored from the store after a restart. Its queries look back
+    one evaluation interval (-datasource.queryStep; vmalert's default is 5m): a host that stopped
+    shipping leaves no staleness marker, so with 5 minutes its last values would keep its state
+    "healthy" for 5 minutes; with 15 s its series end within about two scrape intervals. Alerts
+    sent to Alertmanager end 4 x the resend delay later unless sent again (-rule.resendDelay 1m,
+    Prometheus's default): a store outage under 4 minutes does not resolve a page."""
     return [f"-rule={rules.VMALERT_RULES_DIR}/*.yml", f"-datasource.url={store}",
+            f"-datasource.queryStep={interval}", "-rule.resendDelay=1m",
             f"-remoteWrite.url={store}", f"-remoteRead.url={store}",
             f"-notifier.url={alertmanager}", f"-evaluationInterval={interval}",
             f"-httpListenAddr={listen}"]
