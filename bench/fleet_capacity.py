@@ -20,6 +20,7 @@ the window. Results: JSON to --out (default bench/fleet_capacity.json), rewritte
 --report-every seconds so a run cut short still leaves figures.
 
 Run: .venv/bin/python bench/fleet_capacity.py [--minutes 60] [--out FILE] [--shapes tp8,dp1]
+     .venv/bin/python bench/fleet_capacity.py --report bench/fleet_capacity.json   (the tables)
 """
 
 from __future__ import annotations
@@ -239,8 +240,52 @@ def summary(host: Host, first: dict, first_t: float, last: dict, last_t: float) 
     }
 
 
+# dcgm-exporter's default counter set, for comparison: etc/default-counters.csv of
+# github.com/NVIDIA/dcgm-exporter at d5e5f510a1b6 (2026-05-12) lists 25 fields of type gauge or
+# counter (and DCGM_FI_DRIVER_VERSION as a label), one series per GPU each; it collects every
+# 30 s (-c 30000) and its Helm chart's ServiceMonitor scrapes every 15 s.
+DCGM_DEFAULT_FIELDS = 25
+DCGM_SCRAPE_SECONDS = 15
+GPUS_PER_HOST = 8
+FLEETS = (1, 100, 1000)
+
+
+def extrapolate(host: dict, hosts: int) -> dict:
+    """A fleet of `hosts` hosts of this shape: series, samples/s, bytes a day on disk (at the
+    measured bytes per sample), and the fleet's vmagent memory (one per host)."""
+    per_day = host["samples_per_second"] * 86400
+    return {"hosts": hosts, "series": host["active_series"] * hosts,
+            "samples_per_second": round(host["samples_per_second"] * hosts, 1),
+            "gib_per_day": round(per_day * host["bytes_per_sample"] * hosts / 2 ** 30, 3),
+            "vmagent_rss_gib": round(host["vmagent_rss_mib"]["max"] * hosts / 1024, 2)}
+
+
+def report(doc: dict) -> str:
+    """Markdown tables for docs/performance.md from a results file."""
+    lines = ["| shape | hosts | active series | samples/s | storage/day | vmagent RSS, all hosts |",
+             "|---|---|---|---|---|---|"]
+    for host in doc["hosts"]:
+        for n in FLEETS:
+            e = extrapolate(host, n)
+            lines.append(f"| {host['shape']} | {n:,} | {e['series']:,} | "
+                         f"{e['samples_per_second']:,} | {e['gib_per_day']:,} GiB | "
+                         f"{e['vmagent_rss_gib']:,} GiB |")
+    dcgm = DCGM_DEFAULT_FIELDS * GPUS_PER_HOST
+    bps = min(h["bytes_per_sample"] for h in doc["hosts"])
+    lines += ["", "| dcgm-exporter default set | hosts | series | samples/s | storage/day |",
+              "|---|---|---|---|---|"]
+    for n in FLEETS:
+        rate = dcgm / DCGM_SCRAPE_SECONDS * n
+        lines.append(f"| {DCGM_DEFAULT_FIELDS} fields x {GPUS_PER_HOST} GPUs | {n:,} | "
+                     f"{dcgm * n:,} | {rate:,.1f} | "
+                     f"{rate * 86400 * bps / 2 ** 30:,.3f} GiB |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--report", metavar="FILE",
+                        help="print the tables of a results file and exit")
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--warmup", type=float, default=120, help="seconds before the window")
     parser.add_argument("--shapes", default="tp8,dp1")
@@ -248,6 +293,9 @@ def main() -> None:
     parser.add_argument("--report-every", type=float, default=300)
     parser.add_argument("--keep", action="store_true", help="keep the working folder")
     args = parser.parse_args()
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())))
+        return
     for binary in ("victoria-metrics", "vmagent"):
         if not shutil.which(binary):
             sys.exit(f"{binary} not installed (apt-get install victoria-metrics)")

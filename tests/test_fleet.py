@@ -126,6 +126,9 @@ def test_fleet_end_to_end(fleet):
     assert complete, f"Fleet panels without every host: {every_panel_has_every_host()}"
     silent_expr = next(e for t, e in dashboard_targets() if t == ONLY_SILENT_HOSTS)
     assert query(store, fill(silent_expr, 300)) == []
+    RESULTS["recorded_series_per_host"] = {  # docs/performance.md: what the ruler adds
+        r["metric"].get("host", ""): int(float(r["value"][1]))
+        for r in query(store, 'count by (host) ({__name__=~"instance(_model)?:.+"})')}
 
     # -- 2. host-3's shipper stops: the fleet shows it as not reporting -------------------------
     fleet.stop_component(f"vmagent-{host3.name}")

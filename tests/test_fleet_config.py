@@ -154,7 +154,7 @@ def test_vmalert_accepts_the_variant_and_rejects_what_it_drops(tmp_path):
     shipped = subprocess.run(["vmalert", "-dryRun", f"-rule={rules.RULES_DIR}/*.yml"],
                              capture_output=True, text=True, cwd=tmp_path)
     if shipped.returncode == 0:
-        pytest.skip("this vmalert (>= 1.90) reads keep_firing_for: the variant is not needed")
+        pytest.skip("this vmalert (>= 1.92) reads keep_firing_for: the variant is not needed")
     assert "keep_firing_for" in shipped.stdout + shipped.stderr
 
 
@@ -233,3 +233,27 @@ def test_every_variable_the_fleet_compose_files_read_is_documented():
     used = set(re.findall(r"\$\{([A-Z_]+)", text))
     documented = set(re.findall(r"^#? ?([A-Z_]+)=", (ROOT / ".env.example").read_text(), re.M))
     assert used <= documented, used - documented
+
+
+def test_prometheus_as_the_central_store_loads_the_shipped_rules():
+    """The remote-write-receiver alternative (docs/fleet.md): promtool checks the config and the
+    four rule files it names (prometheus/rules/ as shipped, keep_firing_for included)."""
+    promtool = require_binary("promtool")
+    result = subprocess.run([promtool, "check", "config", str(shipper.PROMETHEUS_CENTRAL_YML)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(PROM['rule_files'])} rule files found" in result.stdout
+    jobs = _jobs(yaml.safe_load(shipper.PROMETHEUS_CENTRAL_YML.read_text()))
+    assert not set(jobs) & set(shipper.HOST_JOBS), "the hosts' jobs are the shippers'"
+
+
+def test_the_documented_configs_for_other_stores_parse():
+    """docs/fleet.md's Mimir and Thanos snippets (neither binary is installed here, so they are
+    only parsed) and the Prometheus agent command it shows."""
+    text = (ROOT / "docs/fleet.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        yaml.safe_load(block)
+    assert "--enable-feature=agent" in text
+    assert str(shipper.AGENT_WAL_MAX_TIME) in text

@@ -24,8 +24,9 @@ from sglang_obs.states import STATES
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
 RULES_DIR = ROOT / "prometheus" / "rules"
-# The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.89
-# (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.90 added.
+# The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
+# (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
+# pull request 4669, July 2023).
 VMALERT_RULES_DIR = ROOT / "prometheus" / "rules-vmalert"
 VMALERT_DROPPED_FIELDS = ("keep_firing_for",)
 # The files in prometheus/rules/ with their header lines, recording rules first: Prometheus and
@@ -864,7 +865,7 @@ def render_groups(groups: list[Group], header: str, t: dict, vmalert: bool = Fal
            f"(sglang_obs/generate/rules.py). {header}", "groups:"]
     if vmalert:
         out.insert(1, "# vmalert variant of prometheus/rules/: the same rules without "
-                   + ", ".join(VMALERT_DROPPED_FIELDS) + " (vmalert < 1.90 rejects it).")
+                   + ", ".join(VMALERT_DROPPED_FIELDS) + " (vmalert < 1.92 rejects it).")
     for group in groups:
         out += [f"- name: {group.name}", "  rules:"]
         for rule in group.rules:
@@ -890,7 +891,7 @@ def rule_files(t: dict) -> dict[Path, str]:
 
 
 def vmalert_rule_files(t: dict) -> dict[Path, str]:
-    """prometheus/rules-vmalert/*.yml: rule_files' groups, rendered for vmalert < 1.90."""
+    """prometheus/rules-vmalert/*.yml: rule_files' groups, rendered for vmalert < 1.92."""
     groups = recording_groups(t) + alert_groups(t)
     return {VMALERT_RULES_DIR / name: render_groups([g for g in groups if g.file == name],
                                                     header, t, vmalert=True)

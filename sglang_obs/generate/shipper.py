@@ -41,6 +41,7 @@ FLEET_DIR = ROOT / "prometheus" / "fleet"
 VMAGENT_YML = FLEET_DIR / "vmagent.yml"
 AGENT_YML = FLEET_DIR / "prometheus-agent.yml"
 CENTRAL_SCRAPE_YML = FLEET_DIR / "central-scrape.yml"
+PROMETHEUS_CENTRAL_YML = FLEET_DIR / "prometheus-central.yml"
 CENTRAL_ADDRESSES = {"victoria-metrics": "victoriametrics:8428", "vmalert": "vmalert:8880",
                      "alertmanager": "alertmanager:9093"}
 
@@ -194,6 +195,19 @@ def central_scrape_config(addresses: dict[str, str] = CENTRAL_ADDRESSES) -> dict
     return {"global": {"scrape_interval": "15s"}, "scrape_configs": jobs}
 
 
+def prometheus_central_config(prom: dict[str, Any]) -> dict[str, Any]:
+    """A Prometheus as the central store (--web.enable-remote-write-receiver): prometheus.yml's
+    global, rules and alerting, scraping only itself and Alertmanager (as cluster "central");
+    the hosts' samples arrive by remote write."""
+    jobs = [copy.deepcopy(j) for j in prom["scrape_configs"] if j["job_name"] not in HOST_JOBS]
+    for job in jobs:
+        job["relabel_configs"] = (identity_relabel("central", "central")
+                                  + job.get("relabel_configs", []))
+    return {"global": copy.deepcopy(prom["global"]),
+            "rule_files": [f"../{f}" for f in prom["rule_files"]],
+            "alerting": copy.deepcopy(prom["alerting"]), "scrape_configs": jobs}
+
+
 def render(config: dict[str, Any], comment: str) -> str:
     return HEADER + comment + yaml.safe_dump(config, sort_keys=False, width=100)
 
@@ -210,6 +224,11 @@ def files(prom_path: Path = PROMETHEUS_YML) -> dict[Path, str]:
         CENTRAL_SCRAPE_YML: render(central_scrape_config(), (
             "# VictoriaMetrics -promscrape.config on the central side (docker-compose.central.yml)"
             ".\n")),
+        PROMETHEUS_CENTRAL_YML: render(prometheus_central_config(prom), (
+            "# Prometheus as the central store instead of VictoriaMetrics: run it with\n"
+            "#   --web.enable-remote-write-receiver --config.file=THIS (from prometheus/fleet/)\n"
+            "# and point the shippers at http://prometheus:9090/api/v1/write. The rules are\n"
+            "# prometheus/rules/ as shipped (keep_firing_for included).\n")),
         AGENT_YML: render(agent, (
             "# prometheus --enable-feature=agent --config.file=THIS --storage.agent.path=DIR\n"
             f"#   --storage.agent.retention.max-time={AGENT_WAL_MAX_TIME}\n"
