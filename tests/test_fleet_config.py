@@ -75,7 +75,8 @@ def test_the_host_label_set_by_the_shipper_survives_the_exporter_jobs_relabellin
         rule = next(r for r in _jobs(PROM)[job].get("relabel_configs", []) +
                     _jobs(PROM)[job].get("metric_relabel_configs", [])
                     if r.get("target_label") == "host")
-        assert rule["source_labels"][0] == "host" and rule["regex"].startswith(";"), rule
+        assert rule["source_labels"][0] == "host", rule
+        assert rule["regex"].startswith(";"), rule
 
 
 def test_vmagent_accepts_the_generated_config(tmp_path):
@@ -106,7 +107,8 @@ def test_prometheus_agent_config_is_valid_for_promtool():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     config = yaml.safe_load(shipper.AGENT_YML.read_text())
-    assert "rule_files" not in config and "alerting" not in config  # agent mode has neither
+    assert "rule_files" not in config  # agent mode has neither
+    assert "alerting" not in config
     assert config["remote_write"][0]["url"] == shipper.CENTRAL_WRITE_URL
 
 
@@ -220,12 +222,14 @@ def test_fleet_services_are_hardened_like_the_others(name):
         assert spec.get("cap_drop") == ["ALL"], service
         assert "no-new-privileges:true" in spec.get("security_opt", []), service
         assert spec.get("read_only") is True, service
-        assert "mem_limit" in spec and isinstance(spec.get("pids_limit"), int), service
+        assert "mem_limit" in spec, service
+        assert isinstance(spec.get("pids_limit"), int), service
         assert spec.get("logging", {}).get("driver") == "json-file", service
         for port in spec.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), (service, port)
         repo, _, tag = spec["image"].partition("@")[0].rpartition(":")
-        assert tag and tag != "latest", (service, spec["image"])
+        assert tag, (service, spec["image"])
+        assert tag != "latest", (service, spec["image"])
 
 
 def test_every_variable_the_fleet_compose_files_read_is_documented():

@@ -189,7 +189,7 @@ def recording_groups(t: dict) -> list[Group]:
 {by} (increase({count}[1h]))
   / on (cluster, instance, model_name) clamp(
       time() - min by (cluster, host, instance, model_name) (min_over_time(timestamp({count})[1h:1m])),
-      300, 3600)""",
+      300, 3600)""",  # noqa: E501
         "Traffic floor of the SLO alerts: requests per second over the last hour, or over the "
         "history there is (at least 5 minutes) when Prometheus has less: rate() over 1h would "
         "divide a new server's 8 minutes of requests by 60 minutes."))
@@ -220,7 +220,7 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
       and on (cluster, instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
       and on (cluster, instance) (instance:sglang_running_requests:max
                          >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h))
- ) and on (cluster, instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""
+ ) and on (cluster, instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""  # noqa: E501
     scheduling = (f"(instance:sglang_queue_nonempty_duration_seconds:max >= "
                   f"{c['scheduling_queue_seconds']})"
                   f" and on (cluster, instance) (instance:sglang_kv_occupancy:ratio < "
@@ -265,7 +265,8 @@ def explained(t: dict, window: str | None = None) -> str:
     """`unless` clause of a symptom alert: silent while a saturation state of its server holds
     or held within the window (its state alert is the notification)."""
     w = window or t["symptom_explained_window"]
-    return f"unless on (cluster, instance) (max_over_time(instance:sglang_saturated:bool[{w}]) == 1)"
+    return ("unless on (cluster, instance) "
+            f"(max_over_time(instance:sglang_saturated:bool[{w}]) == 1)")
 
 
 def state_group(t: dict) -> Group:
@@ -283,7 +284,8 @@ def state_group(t: dict) -> Group:
                          ("decode_speed_per_request",
                           "decode_speed_per_request_tokens_per_second")):
         g.append(Record(
-            f"instance:sglang_{name}:max", f"max by (cluster, host, instance) (sglang_obs_{metric}{{{e}}})",
+            f"instance:sglang_{name}:max",
+            f"max by (cluster, host, instance) (sglang_obs_{metric}{{{e}}})",
             f"Exporter's live {name.replace('_', ' ')} (polled every second), per server."))
     g.append(Record("instance:sglang_running_requests_per_max:ratio",
                     f"max by (cluster, host, instance) (sglang_obs_running_requests_ratio{{{e}}})",
@@ -434,9 +436,11 @@ def _quote(query: str, text: str, fmt: str = "humanize") -> str:
 # What the user sees, quoted in each saturation alert: the symptom alerts it silences.
 WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{cluster=%q, instance=%q} > 0",
                  "; requests have been waiting continuously for {v}", "humanizeDuration")
-TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m{cluster=%q, instance=%q})",
+TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m"
+                  "{cluster=%q, instance=%q})",
                   "; TTFT p95 over 5 minutes is {v}", "humanizeDuration")
-ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m{cluster=%q, instance=%q})",
+ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m"
+                 "{cluster=%q, instance=%q})",
                  "; ITL p95 over 5 minutes is {v}", "humanizeDuration")
 
 
@@ -453,7 +457,8 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
 
     def state_expr(signal: str, state: str) -> str:
         # The signal as the value, so the description can quote it.
-        return f"{signal} and on (cluster, instance) (instance:sglang_state:code == {STATES.index(state)})"
+        return (f"{signal} and on (cluster, instance) "
+                f"(instance:sglang_state:code == {STATES.index(state)})")
 
     return (
         Alert(
@@ -685,7 +690,7 @@ or on (cluster, instance) (max by (cluster, host, instance) (max_over_time(sglan
             "GPUPCIeLinkDegraded",
             f"""
 sglang_obs_gpu_pcie_link_downgraded{{{e}}} == 1
-and on (cluster, instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
+and on (cluster, instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",  # noqa: E501
             "A link below its maximum under load (links may downshift at idle to save power).",
             severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
             description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "
