@@ -144,7 +144,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             print(f"{server}: {' -> '.join(s['dominant']) or 'no bottleneck'}")
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
         return 0
-    if args.command == "fleet" or (args.command == "stack" and args.fleet):
+    if args.command == "fleet" or (args.command == "stack" and args.fleet is not None):
         from sglang_obs.tools import fleet as fleet_module  # noqa: PLC0415
 
         if args.command == "stack" or args.fleet_command == "up":

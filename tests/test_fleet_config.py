@@ -261,3 +261,25 @@ def test_the_documented_configs_for_other_stores_parse():
         yaml.safe_load(block)
     assert "--enable-feature=agent" in text
     assert str(shipper.AGENT_WAL_MAX_TIME) in text
+
+
+def test_the_cli_prints_a_hosts_shipper_config_and_flags(capsys):
+    from sglang_obs import cli
+
+    assert cli.main(["fleet", "shipper-config", "--cluster", "eu-1", "--host", "gpu-07"]) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert _jobs(config)["sglang"]["relabel_configs"][:2] == shipper.identity_relabel(
+        "eu-1", "gpu-07")
+    assert cli.main(["fleet", "shipper-flags", "--write-url", "http://s/api/v1/write"]) == 0
+    assert f"-remoteWrite.maxDiskUsagePerURL={shipper.BUFFER_BYTES}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["stack", "up", "--native", "--fleet", "0"])
+
+
+def test_a_simulated_fleet_spreads_hosts_over_clusters_and_demos_on_the_first(tmp_path):
+    f = fleet.Fleet.simulated(tmp_path, 5, clusters=2, demo=True)
+    assert [h.cluster for h in f.hosts] == ["cluster-a", "cluster-b"] * 2 + ["cluster-a"]
+    assert [h.scenario for h in f.hosts] == [fleet.INCIDENT] + [fleet.QUIET] * 4
+    assert len({h.name for h in f.hosts}) == 5
+    ports = fleet.free_ports(40)
+    assert len(set(ports)) == 40
