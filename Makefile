@@ -18,6 +18,7 @@ generate: $(VENV)/.installed
 	$(PY) -m sglang_obs.exporter.catalogue > docs/metrics.md
 	$(PY) -m sglang_obs.simulator.docs
 	$(PY) -m sglang_obs.generate.rules
+	$(PY) -m sglang_obs.generate.shipper
 	$(PY) -m sglang_obs.generate.detection
 	$(PY) grafana/dashboards/generate.py
 	$(PY) -m sglang_obs.generate.examples

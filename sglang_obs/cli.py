@@ -8,6 +8,8 @@
     sglang-obs analyze-requests FILE|DIR... [--json] [--csv OUT] [--top N]
     sglang-obs render-dashboard --scenario NAME [--dashboard NAME|JSON...] --out PNG|DIR
     sglang-obs stack up --native [--demo SCENARIO...] [--sglang-url URL...] [--override FILE]
+    sglang-obs stack up --native --fleet N [--demo]   (= sglang-obs fleet up N [--demo])
+    sglang-obs fleet shipper-config --cluster C --host H --write-url URL [--flavour F]
     sglang-obs snapshot --prometheus URL --from T --to T [--instance I...] --out DIR
                         [--request-metrics-dir DIR]
 
@@ -60,6 +62,13 @@ def _port_pin(text: str) -> tuple[str, int]:
 def _count(text: str) -> int:
     if not text.isdigit() or not 0 <= int(text) <= 10_000:
         raise argparse.ArgumentTypeError(f"expected a number from 0 to 10000, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    """A fleet has at least one host and one cluster."""
+    if not text.isdigit() or not 1 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to 10000, got {text!r}")
     return int(text)
 
 
@@ -139,6 +148,36 @@ def build_parser() -> OneLineParser:
     stack.add_argument("--port", action="append", type=_port_pin, metavar="PART=PORT",
                        help="this port for one part (prometheus, alertmanager, alert-sink, "
                        "exporter, sglang-sim-0, ...); repeatable")
+    stack.add_argument("--fleet", type=_positive, metavar="N",
+                       help="instead: N simulated hosts shipping into a central VictoriaMetrics "
+                       "with vmalert (sglang-obs fleet up N; --demo: the first host replays "
+                       "the long-context incident)")
+    stack.add_argument("--clusters", type=_positive, default=2, help="with --fleet: clusters (2)")
+    fleet = sub.add_parser("fleet", help="many hosts into one store (docs/fleet.md)")
+    fleet_sub = fleet.add_subparsers(dest="fleet_command", required=True)
+    fleet_up = fleet_sub.add_parser(
+        "up", help="N simulated hosts (simulator, exporter, vmagent) and the central side "
+        "(VictoriaMetrics, vmalert, Alertmanager, alert sink), native binaries")
+    fleet_up.add_argument("fleet", type=_positive, metavar="N", help="hosts")
+    fleet_up.add_argument("--clusters", type=_positive, default=2, help="clusters (2)")
+    fleet_up.add_argument("--demo", action="store_true",
+                          help="the first host replays the long-context incident")
+    fleet_up.add_argument("--dir", help="working folder for configs, data and logs")
+    ship = fleet_sub.add_parser(
+        "shipper-config", help="print one host's shipper configuration, generated from "
+        "prometheus.yml")
+    ship.add_argument("--flavour", choices=["vmagent", "prometheus-agent"], default="vmagent")
+    ship.add_argument("--cluster", required=True)
+    ship.add_argument("--host", required=True, help="the host's name (its `host` label)")
+    ship.add_argument("--write-url", default="http://victoriametrics:8428/api/v1/write",
+                      help="the central store's remote-write URL (Prometheus agent only)")
+    ship.add_argument("--exporter", default="exporter:9840", help="the exporter's address")
+    ship.add_argument("--self-address", help="where the shipper's own /metrics is")
+    flags = fleet_sub.add_parser("shipper-flags", help="print vmagent's flags for one host")
+    flags.add_argument("--config", default="/etc/vmagent/vmagent.yml")
+    flags.add_argument("--write-url", default="http://victoriametrics:8428/api/v1/write")
+    flags.add_argument("--buffer-dir", default="/vmagent-buffer")
+    flags.add_argument("--listen", default=":8429")
     snap = sub.add_parser("snapshot", help="an evidence pack for a time window (CSV, JSON, "
                           "report, charts)")
     snap.add_argument("--prometheus", type=http_url, default="http://127.0.0.1:9090",
@@ -198,6 +237,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{server}: {' -> '.join(s['dominant']) or 'no bottleneck'}")
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
         return 0
+    if args.command == "fleet" or (args.command == "stack" and args.fleet is not None):
+        from sglang_obs.tools import fleet as fleet_module  # noqa: PLC0415
+
+        if args.command == "stack" or args.fleet_command == "up":
+            return fleet_module.up(args)
+        if args.fleet_command == "shipper-config":
+            return fleet_module.main_shipper_config(args)
+        return fleet_module.main_shipper_flags(args)
     if args.command == "stack":
         from sglang_obs.tools import stack as stack_module  # noqa: PLC0415
 

@@ -127,6 +127,18 @@ TABLE = [
      ["--dir", "{file}"]),
     ("sglang-obs", "stack", ["stack", "up", "--native", "--demo", "--dir", "/proc/nope"],
      FAILURE, ["--dir", "/proc/nope"]),
+    ("sglang-obs", "stack", ["stack", "up", "--native", "--fleet", "0"], USAGE, ["--fleet", "0"]),
+    # fleet
+    ("sglang-obs", "fleet", ["fleet"], USAGE, ["fleet_command"]),
+    ("sglang-obs", "fleet", ["fleet", "up", "0"], USAGE, ["N", "0"]),
+    ("sglang-obs", "fleet", ["fleet", "up", "many"], USAGE, ["N", "many"]),
+    ("sglang-obs", "fleet", ["fleet", "up", "2", "--clusters", "0"], USAGE, ["--clusters"]),
+    ("sglang-obs", "fleet", ["fleet", "shipper-config", "--host", "h1"], USAGE, ["--cluster"]),
+    ("sglang-obs", "fleet", ["fleet", "up", "1", "--dir", "{file}"], FAILURE, ["--dir", "{file}"]),
+    ("sglang-obs", "fleet", ["fleet", "up", "1", "--dir", "/proc/nope"], FAILURE,
+     ["--dir", "/proc/nope"]),
+    ("sglang-obs", "fleet", ["fleet", "shipper-config", "--cluster", "c", "--host", "h",
+                             "--flavour", "telegraf"], USAGE, ["--flavour", "telegraf"]),
     # snapshot (Prometheus at {dead}: a check that should come first must come first)
     ("sglang-obs", "snapshot", ["snapshot", "--out", "{tmp}/p"], USAGE, ["--from"]),
     ("sglang-obs", "snapshot", ["snapshot", "--from", "10m ago"], USAGE, ["--out"]),

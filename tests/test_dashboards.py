@@ -52,6 +52,7 @@ UIDS = {
     "sglang-gpus.json": "sglang-gpus",
     "sglang-server.json": "sglang-server",
     "sglang-exporter.json": "sglang-exporter",
+    "sglang-fleet.json": "sglang-fleet",
 }
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -65,6 +66,14 @@ COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets", "changes"}
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
                    "or", "unless", "offset", "inf", "nan"}
 PROMETHEUS_BUILTINS = {"up": "Prometheus's own scrape health"}
+# The fleet shipper's own series (vmagent 1.79, kept by the shipper job of
+# prometheus/fleet/vmagent.yml); tests/test_fleet.py queries them on a running fleet.
+SHIPPER_METRICS = {
+    "vm_persistentqueue_bytes_pending": "vmagent's on-disk buffer",
+    "vm_persistentqueue_bytes_dropped_total": "what vmagent dropped from it",
+    "vmagent_remotewrite_rows_pushed_after_relabel_total": "samples vmagent sent",
+    "process_resident_memory_bytes": "the shipper's RSS",
+}
 # The SGLang series the dashboards read (sglang: spelling; prometheus.yml renames sglang_ back).
 # Each must appear in tests/fixtures/sglang/metrics_0.5.23_tp4.prom or the simulator's exposition.
 SGLANG_METRICS = {
@@ -329,7 +338,8 @@ def test_alert_dashboard_annotations_point_at_generated_dashboards():
             for rule in group["rules"]:
                 url = rule.get("annotations", {}).get("dashboard")
                 if url:
-                    uids.add(url.rstrip("/").rsplit("/", 1)[-1])
+                    # the fleet's var-cluster/var-host suffix is a template: the uid precedes it
+                    uids.add(url.split("{{")[0].rstrip("/").rsplit("/", 1)[-1])
     assert uids, "alerts carry no dashboard annotation"
     missing = uids - set(UIDS.values())
     assert not missing, f"alerts link to missing dashboards: {missing}"
@@ -420,7 +430,8 @@ def test_target(name, panel, target):
 
 # -- metric names ------------------------------------------------------------------------------
 def test_metric_names_exist():
-    known = catalogue_names() | recorded_names() | SGLANG_METRICS | set(PROMETHEUS_BUILTINS)
+    known = (catalogue_names() | recorded_names() | SGLANG_METRICS | set(PROMETHEUS_BUILTINS)
+             | set(SHIPPER_METRICS))
     unknown, underscore = [], []
     for where, expr in _all_exprs():
         for name in metric_names(expr):

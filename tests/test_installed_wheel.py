@@ -141,5 +141,6 @@ def test_installed_native_demo_stack_delivers_the_watchdog_within_90_s(installed
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         output = "".join(banner) + proc.communicate(timeout=30)[0]
-    assert seen is not None, f"no Watchdog at the sink in {WATCHDOG_BOUND_S} s:\n{output[-3000:]}\n{diagnosis}"
+    assert seen is not None, (f"no Watchdog at the sink in {WATCHDOG_BOUND_S} s:\n"
+                              f"{output[-3000:]}\n{diagnosis}")
     print(f"Watchdog at the sink {seen:.0f} s after the stack was up")

@@ -176,9 +176,11 @@ def test_untranslatable_configuration_fails_loudly():
 
 
 def source_groups() -> list[dict]:
+    """The groups of the rule files Kubernetes gets (all but the fleet's: see the generator)."""
     prom = load(PROMETHEUS_YML)
-    return [group for name in prom["rule_files"]
-            for group in load(PROMETHEUS_YML.parent / name)["groups"]]
+    shipped = [name for name in prom["rule_files"] if name not in kubernetes.NOT_IN_KUBERNETES]
+    assert len(shipped) == len(prom["rule_files"]) - 1
+    return [group for name in shipped for group in load(PROMETHEUS_YML.parent / name)["groups"]]
 
 
 def prometheus_rules() -> list[dict]:
@@ -301,7 +303,7 @@ def test_sidecar_series_join_sglangs_on_instance_and_share_the_node_as_host():
     pms, pod = pod_monitors(), example_pod(*EXAMPLE_POD)
     sglang, exporter = the_target(pms["sglang"], pod), the_target(pms["sglang-obs"], pod)
     assert sglang == {"namespace": "sglang", "container": "sglang", "pod": EXAMPLE_POD[1],
-                      "job": "sglang", "instance": "10.42.3.17:30000"}
+                      "job": "sglang", "host": "gpu-node-1", "instance": "10.42.3.17:30000"}
     assert exporter == {"namespace": "sglang", "pod": EXAMPLE_POD[1], "job": "sglang-obs",
                         "host": "gpu-node-1", "instance": "10.42.3.17:9840"}
     # The sidecar polls http://$(POD_IP):30000, so its `server` is SGLang's target address.

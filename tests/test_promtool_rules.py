@@ -46,6 +46,7 @@ ZERO_FOR_ALLOWED = {
                "its sustain",
     "GPUUncorrectableECC": "an event counter: one uncorrectable error is the whole event",
     "GPURowRemapFailure": "a latched hardware flag",
+    "SGLangShipperDroppingData": "an event counter: one dropped block is a permanent gap",
 }
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}
 

@@ -29,7 +29,7 @@ def test_promtool_accepts_the_shipped_prometheus_config_and_its_rules():
     result = subprocess.run([promtool, "check", "config", str(ROOT / "prometheus/prometheus.yml")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 3 rule files found" in result.stdout
+    assert "SUCCESS: 4 rule files found" in result.stdout
 
 
 def test_every_threshold_in_the_yaml_reaches_the_rules():

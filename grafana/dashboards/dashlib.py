@@ -57,26 +57,30 @@ CLASSIFY = THRESHOLDS["classification"]
 ALERTS = THRESHOLDS["alerts"]
 EXPORTER_JOB = THRESHOLDS["selectors"]["exporter_job"]
 SGLANG_JOB = THRESHOLDS["selectors"]["sglang_job"]
+SHIPPER_JOB = THRESHOLDS["selectors"]["shipper_job"]
 
 SCHEMA_VERSION = 39  # Grafana 10.4+; 11 and 12 import it without a migration step
 TAG = "sglang"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
 # -- selectors --------------------------------------------------------------------------------
+# Where the series come from: `cluster` and `host`, set by a fleet's shippers (docs/fleet.md).
+# On one host there is no cluster, and "All" (.*) matches the empty label as well.
+WHERE = 'cluster=~"$cluster", host=~"$host"'
 # SGLang's own series (job "sglang"): tokenizer and scheduler series carry model_name.
-SG = 'job=~"$job", instance=~"$instance", model_name=~"$model_name"'
+SG = f'{WHERE}, job=~"$job", instance=~"$instance", model_name=~"$model_name"'
 # SGLang series without model_name (HTTP middleware).
-SG_HTTP = 'job=~"$job", instance=~"$instance"'
+SG_HTTP = f'{WHERE}, job=~"$job", instance=~"$instance"'
 # The exporter's per-server series: `server` is copied into `instance` by prometheus.yml.
-EX = f'job="{EXPORTER_JOB}", instance=~"$instance"'
+EX = f'{WHERE}, job="{EXPORTER_JOB}", instance=~"$instance"'
 EXM = f'{EX}, model_name=~"$model_name"'
-# Recording rules aggregate to (instance) or (instance, model_name) and carry no job.
-INST = 'instance=~"$instance"'
-IM = 'instance=~"$instance", model_name=~"$model_name"'
+# Recording rules aggregate to (cluster, host, instance) or (..., model_name) and carry no job.
+INST = f'{WHERE}, instance=~"$instance"'
+IM = f'{WHERE}, instance=~"$instance", model_name=~"$model_name"'
 # GPU series carry no `server`: their instance is the exporter's own address.
-GPU_ALL = f'job="{EXPORTER_JOB}"'
-GPU = f'job="{EXPORTER_JOB}", instance=~"$exporter", gpu=~"$gpu"'
-EXPORTER_SELF = f'job="{EXPORTER_JOB}", instance=~"$exporter"'
+GPU_ALL = f'{WHERE}, job="{EXPORTER_JOB}"'
+GPU = f'{WHERE}, job="{EXPORTER_JOB}", instance=~"$exporter", gpu=~"$gpu"'
+EXPORTER_SELF = f'{WHERE}, job="{EXPORTER_JOB}", instance=~"$exporter"'
 
 # -- units (formatunits names where grafanalib has them; CELSUIS is misspelt there) -----------
 SECONDS = "s"
@@ -415,18 +419,26 @@ def query_variable(name: str, label: str, query: str) -> Variable:
 
 DATASOURCE = Template(name="datasource", label="Data source", type="datasource",
                       query="prometheus", default="default", regex="", refresh=1)
-JOB = query_variable("job", "SGLang job", "label_values(sglang:num_requests_total, job)")
-INSTANCE = query_variable("instance", "Server",
-                          f'label_values(sglang_obs_up{{job="{EXPORTER_JOB}"}}, instance)')
+CLUSTER = query_variable(
+    "cluster", "Cluster", f'label_values(up{{job=~"{SGLANG_JOB}|{EXPORTER_JOB}"}}, cluster)')
+HOST = query_variable(
+    "host", "Host",
+    f'label_values(up{{job=~"{SGLANG_JOB}|{EXPORTER_JOB}", cluster=~"$cluster"}}, host)')
+JOB = query_variable("job", "SGLang job",
+                     f"label_values(sglang:num_requests_total{{{WHERE}}}, job)")
+INSTANCE = query_variable(
+    "instance", "Server", f'label_values(sglang_obs_up{{{WHERE}, job="{EXPORTER_JOB}"}}, instance)')
 MODEL = query_variable(
     "model_name", "Model",
-    'label_values(sglang:num_requests_total{job=~"$job", instance=~"$instance"}, model_name)')
+    f'label_values(sglang:num_requests_total{{{WHERE}, job=~"$job", instance=~"$instance"}}, '
+    'model_name)')
 EXPORTER = query_variable(
     "exporter", "Exporter",
-    f'label_values(sglang_obs_exporter_build_info{{job="{EXPORTER_JOB}"}}, instance)')
+    f'label_values(sglang_obs_exporter_build_info{{{WHERE}, job="{EXPORTER_JOB}"}}, instance)')
 GPU_VAR = query_variable(
     "gpu", "GPU",
-    f'label_values(sglang_obs_gpu_info{{job="{EXPORTER_JOB}", instance=~"$exporter"}}, gpu)')
+    f'label_values(sglang_obs_gpu_info{{{WHERE}, job="{EXPORTER_JOB}", instance=~"$exporter"}}, '
+    'gpu)')
 
 LINKS = [DashboardLink(title="SGLang dashboards", type="dashboards", tags=[TAG], asDropdown=True,
                        keepTime=True, includeVars=True, targetBlank=False)]
@@ -446,12 +458,14 @@ class ModernDashboard(Dashboard):
 
 def dashboard(title: str, uid: str, description: str,
               sections: Sequence[tuple[str, str, Sequence[Panel]]],
-              extra_variables: Sequence[Template] = ()) -> ModernDashboard:
+              extra_variables: Sequence[Template] = (),
+              variables: Sequence[Template] = (CLUSTER, HOST, JOB, INSTANCE, MODEL),
+              time_from: str = "now-3h") -> ModernDashboard:
     return ModernDashboard(
         title=title, uid=uid, description=description, tags=[TAG], editable=True,
         panels=layout(*sections), links=LINKS, schemaVersion=SCHEMA_VERSION,
-        templating=Templating(list=[DATASOURCE, JOB, INSTANCE, MODEL, *extra_variables]),
-        time=Time("now-3h", "now"), refresh="30s", timezone="browser", graphTooltip=1,
+        templating=Templating(list=[DATASOURCE, *variables, *extra_variables]),
+        time=Time(time_from, "now"), refresh="30s", timezone="browser", graphTooltip=1,
     ).auto_panel_ids()
 
 

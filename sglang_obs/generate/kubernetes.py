@@ -119,9 +119,17 @@ def load(path: Path) -> Any:
 # --- PrometheusRule ---------------------------------------------------------------------------
 
 
+# The fleet's alerts watch hosts that ship into a central store. In a cluster a "host" is a
+# node, and pods move between nodes: a node that no longer runs a scraped pod would page as a
+# host that stopped reporting for an hour. Kubernetes' own alerts (kube-state-metrics) cover
+# nodes there.
+NOT_IN_KUBERNETES = {"rules/fleet.alerts.yml"}
+
+
 def rule_files(prom: dict) -> list[Path]:
-    """The rule files prometheus.yml loads, in its order."""
-    return [PROMETHEUS_YML.parent / name for name in prom["rule_files"]]
+    """The rule files prometheus.yml loads, in its order, less the fleet's."""
+    return [PROMETHEUS_YML.parent / name for name in prom["rule_files"]
+            if name not in NOT_IN_KUBERNETES]
 
 
 def _group_blocks(text: str) -> list[tuple[str, list[str]]]:
@@ -195,12 +203,24 @@ def exporter_emitted() -> dict[str, str]:
     return {label: ", ".join(sorted(names)) for label, names in sorted(clash.items())}
 
 
+def discovery_relabelings(job: dict) -> list[dict]:
+    """The job's target relabelings that read HTTP discovery's labels (__meta_url: which
+    exporter found the server): pod discovery has none of them, and sets `host` itself."""
+    rules = job.get("relabel_configs", [])
+    other = [r for r in rules if "__meta_url" not in r.get("source_labels", [])]
+    if other:
+        raise TranslationError(f"job {job['job_name']}: relabel_configs {other} have no "
+                               "translation here")
+    return rules
+
+
 def kubernetes_relabelings(job: str) -> list[dict]:
     """Target relabelings Kubernetes needs beyond prometheus.yml's, after the operator's own."""
     rules: list[dict] = [{"targetLabel": "job", "replacement": job}]
-    if job == EXPORTER_JOB:
+    if job in (EXPORTER_JOB, SGLANG_JOB):
         # `host` is the node: the GPU DaemonSet and the sidecars of one node share it, as the
-        # exporter of one host does in compose (GPULost inhibits SGLangServerDown on it).
+        # exporter of one host does in compose (GPULost inhibits SGLangServerDown on it). In
+        # prometheus.yml SGLang's targets get it from the discovering exporter's URL instead.
         rules.append({"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "host"})
     clash = exporter_emitted() if job == EXPORTER_JOB else SGLANG_EMITTED
     if clash:
@@ -211,7 +231,7 @@ def kubernetes_relabelings(job: str) -> list[dict]:
 def pod_monitor(prom: dict, job: dict) -> dict:
     name = job["job_name"]
     unknown = set(job) - DISCOVERY_KEYS - set(SPEC_KEYS) - set(ENDPOINT_KEYS) - {
-        "metric_relabel_configs"}
+        "metric_relabel_configs", "relabel_configs"}
     if unknown:
         raise TranslationError(f"job {name}: keys {sorted(unknown)} have no translation here")
     endpoint: dict[str, Any] = {"port": JOB_PORTS[name],
@@ -221,6 +241,7 @@ def pod_monitor(prom: dict, job: dict) -> dict:
     for key, field in ENDPOINT_KEYS.items():
         if key in job and field not in endpoint:
             endpoint[field] = job[key]
+    discovery_relabelings(job)  # replaced, as the discovery they read
     endpoint["relabelings"] = kubernetes_relabelings(name)
     if job.get("metric_relabel_configs"):
         endpoint["metricRelabelings"] = [relabel_config(r) for r in job["metric_relabel_configs"]]

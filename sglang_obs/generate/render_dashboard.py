@@ -45,7 +45,7 @@ def substitute(expr: str, window_seconds: float) -> str:
     """Grafana's variables, as Grafana would fill them for "all" over the whole window."""
     expr = expr.replace("$__rate_interval", "1m").replace("$__interval", f"{STEP}s")
     expr = expr.replace("$__range", f"{int(window_seconds)}s")
-    expr = re.sub(r"\$\{?(job|instance|model_name|server|gpu|exporter)\}?", ".*", expr)
+    expr = re.sub(r"\$\{?(cluster|host|job|instance|model_name|server|gpu|exporter)\}?", ".*", expr)
     return expr
 
 

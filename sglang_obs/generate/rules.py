@@ -24,12 +24,18 @@ from sglang_obs.states import STATES
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
 RULES_DIR = ROOT / "prometheus" / "rules"
+# The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
+# (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
+# pull request 4669, July 2023).
+VMALERT_RULES_DIR = ROOT / "prometheus" / "rules-vmalert"
+VMALERT_DROPPED_FIELDS = ("keep_firing_for",)
 # The files in prometheus/rules/ with their header lines, recording rules first: Prometheus and
 # promtool evaluate the groups in this order.
 RULE_FILES = (
     ("sglang.rules.yml", "Recording rules: read these, not raw SGLang series."),
     ("sglang.alerts.yml", "SGLang alerts."),
     ("gpu.alerts.yml", "GPU and meta alerts."),
+    ("fleet.alerts.yml", "Fleet alerts: hosts shipping into one store (docs/fleet.md)."),
 )
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
@@ -128,7 +134,7 @@ def _e(t) -> str:
 # -- recording rules ---------------------------------------------------------------------------
 def recording_groups(t: dict) -> list[Group]:
     s = _s(t)
-    by = "sum by (instance, model_name)"
+    by = "sum by (cluster, host, instance, model_name)"
     serving: list[Record] = []
     for metric, label in (("num_requests", "Requests finished"),
                           ("prompt_tokens", "Prompt tokens"),
@@ -149,7 +155,7 @@ def recording_groups(t: dict) -> list[Group]:
         for qname, q in QUANTILES:
             serving.append(Record(
                 f"instance_model:sglang_{hist}:{qname}_5m",
-                f"histogram_quantile({q}, sum by (instance, model_name, le) "
+                f"histogram_quantile({q}, sum by (cluster, host, instance, model_name, le) "
                 f"(rate(sglang:{hist}_bucket{{{s}}}[5m])))",
                 f"{label} {qname} over 5 minutes (capped at the top finite bucket)."))
     serving.append(Record(
@@ -161,9 +167,9 @@ def recording_groups(t: dict) -> list[Group]:
     serving.append(Record(
         "instance:sglang_http_5xx:ratio_rate5m",
         f"""
-(sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
-   or 0 * sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])))
-  / (sum by (instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > 0)""",  # noqa: E501
+(sum by (cluster, host, instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}", status_code=~"5.."}}[5m]))
+   or 0 * sum by (cluster, host, instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])))
+  / (sum by (cluster, host, instance) (rate(sglang:http_responses_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > 0)""",  # noqa: E501
         "Share of serving-endpoint responses that are 5xx (0.5.7+), 0 when there are none; "
         "/metrics and /health are counted by SGLang too, hence the endpoint filter."))
 
@@ -184,9 +190,9 @@ def recording_groups(t: dict) -> list[Group]:
         "instance_model:sglang_requests:rate1h",
         f"""
 {by} (increase({count}[1h]))
-  / on (instance, model_name) clamp(
-      time() - min by (instance, model_name) (min_over_time(timestamp({count})[1h:1m])),
-      300, 3600)""",
+  / on (cluster, instance, model_name) clamp(
+      time() - min by (cluster, host, instance, model_name) (min_over_time(timestamp({count})[1h:1m])),
+      300, 3600)""",  # noqa: E501
         "Traffic floor of the SLO alerts: requests per second over the last hour, or over the "
         "history there is (at least 5 minutes) when Prometheus has less: rate() over 1h would "
         "divide a new server's 8 minutes of requests by 60 minutes."))
@@ -199,31 +205,31 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
     """The states in priority order: a server is in the first one whose condition holds."""
     c = t["classification"]
     kv = (f"(instance:sglang_kv_occupancy:ratio >= {c['kv_occupancy_ratio']})"
-          f" or ({retractions_record(t)} > 0)")
+          f" or on (cluster, instance) ({retractions_record(t)} > 0)")
     # Waiting prompts behind a running batch at its limit are not a prefill backlog: they wait
     # for a slot (decode contention or a scheduling limit), not for prefill compute.
     prefill = (f"(instance:sglang_prefill_backlog_tokens:max >= {c['prefill_backlog_tokens']})"
-               " and on (instance) (instance:sglang_waiting_requests:max > 0)"
-               " unless on (instance) (instance:sglang_running_requests_per_max:ratio >= "
+               " and on (cluster, instance) (instance:sglang_waiting_requests:max > 0)"
+               " unless on (cluster, instance) (instance:sglang_running_requests_per_max:ratio >= "
                f"{c['running_ratio_at_limit']})")
     # At the limit a batch is slower per request anyway: only a collapse counts there; below
     # it, a batch twice its usual size with a clear drop does.
     decode = f"""(((instance:sglang_decode_speed_per_request:max
     < {c['decode_speed_collapse_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
-   and on (instance)
+   and on (cluster, instance)
        (instance:sglang_running_requests_per_max:ratio >= {c['running_ratio_at_limit']}))
   or ((instance:sglang_decode_speed_per_request:max
        < {c['decode_speed_drop_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
-      and on (instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
-      and on (instance) (instance:sglang_running_requests:max
+      and on (cluster, instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
+      and on (cluster, instance) (instance:sglang_running_requests:max
                          >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h))
- ) and on (instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""
+ ) and on (cluster, instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""  # noqa: E501
     scheduling = (f"(instance:sglang_queue_nonempty_duration_seconds:max >= "
                   f"{c['scheduling_queue_seconds']})"
-                  f" and on (instance) (instance:sglang_kv_occupancy:ratio < "
+                  f" and on (cluster, instance) (instance:sglang_kv_occupancy:ratio < "
                   f"{c['scheduling_kv_ratio_below']})")
     idle = ("(instance:sglang_running_requests:max == 0)"
-            " and on (instance) (instance:sglang_waiting_requests:max == 0)")
+            " and on (cluster, instance) (instance:sglang_waiting_requests:max == 0)")
     limit = f"{c['running_ratio_at_limit']} of the effective `max_running_requests`"
     return (
         StateClass("unavailable", "instance:sglang_available:min == 0",
@@ -262,14 +268,16 @@ def explained(t: dict, window: str | None = None) -> str:
     """`unless` clause of a symptom alert: silent while a saturation state of its server holds
     or held within the window (its state alert is the notification)."""
     w = window or t["symptom_explained_window"]
-    return f"unless on (instance) (max_over_time(instance:sglang_saturated:bool[{w}]) == 1)"
+    return ("unless on (cluster, instance) "
+            f"(max_over_time(instance:sglang_saturated:bool[{w}]) == 1)")
 
 
 def state_group(t: dict) -> Group:
     s, e = _s(t), _e(t)
     g: list[Record] = [Record(
         "instance:sglang_available:min",
-        f"max by (instance) (sglang_obs_up{{{e}}})\nor max by (instance) (up{{{s}}})",
+        f"max by (cluster, host, instance) (sglang_obs_up{{{e}}})\n"
+        f"or on (cluster, instance) max by (cluster, host, instance) (up{{{s}}})",
         "1 when the server answers: the exporter's poll (any endpoint) when it watches the "
         "server, else Prometheus's scrape. A server with metrics off still serves.")]
     for name, metric in (("running_requests", "running_requests"),
@@ -279,18 +287,19 @@ def state_group(t: dict) -> Group:
                          ("decode_speed_per_request",
                           "decode_speed_per_request_tokens_per_second")):
         g.append(Record(
-            f"instance:sglang_{name}:max", f"max by (instance) (sglang_obs_{metric}{{{e}}})",
+            f"instance:sglang_{name}:max",
+            f"max by (cluster, host, instance) (sglang_obs_{metric}{{{e}}})",
             f"Exporter's live {name.replace('_', ' ')} (polled every second), per server."))
     g.append(Record("instance:sglang_running_requests_per_max:ratio",
-                    f"max by (instance) (sglang_obs_running_requests_ratio{{{e}}})",
+                    f"max by (cluster, host, instance) (sglang_obs_running_requests_ratio{{{e}}})",
                     "Running requests over the effective max_running_requests."))
     g.append(Record("instance:sglang_kv_occupancy:ratio",
-                    f"max by (instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
+                    f"max by (cluster, host, instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
                     "KV pool used over capacity at full resolution."))
     x = f"sglang:num_retracted_requests_total{{{s}}}"
     w = t["classification"]["kv_retraction_window"]
     g.append(Record(retractions_record(t), f"""
-sum by (instance) (
+sum by (cluster, host, instance) (
     (increase({x}[{w}]) or 0 * {x})
   + ((min_over_time({x}[{w}]) unless {x} offset {w}) or 0 * {x}))""",
                     f"Requests retracted (KV pool full in decode) in the last {w} (0.5.7+). "
@@ -307,7 +316,7 @@ sum by (instance) (
     # Each state's code where its condition holds; `or` keeps the first, so priority is order.
     branches = [(f"{STATES.index(k.state)} + " if STATES.index(k.state) else "")
                 + f"0 * ({k.condition})" for k in classes]
-    g.append(Record("instance:sglang_state:code", "\nor ".join(branches),
+    g.append(Record("instance:sglang_state:code", "\nor on (cluster, instance) ".join(branches),
                     "One state per server, by priority: "
                     + ", ".join(k.state for k in classes) + " (seed 000's reading guide). "
                     "Codes: " + ", ".join(f"{i} {n}" for i, n in enumerate(STATES)) + "."))
@@ -318,7 +327,7 @@ sum by (instance) (
     codes = " or ".join(f"instance:sglang_state:code == {STATES.index(k)}"
                         for k in SATURATION_STATES)
     g.append(Record("instance:sglang_saturated:bool",
-                    f"0 * instance:sglang_state:code + 1 and on (instance) ({codes})\n"
+                    f"0 * instance:sglang_state:code + 1 and on (cluster, instance) ({codes})\n"
                     "or 0 * instance:sglang_state:code",
                     "1 while the server is in a saturation state ("
                     + ", ".join(SATURATION_STATES) + "), else 0: the symptom alerts read it."))
@@ -336,7 +345,7 @@ def request_group(t: dict) -> Group:
         raise ValueError(f"thresholds.yml request_classes {bounds} differ from the exporter's "
                          f"PROMPT_CLASS_BOUNDS {PROMPT_CLASS_BOUNDS}: change both")
     e = _e(t)
-    by = "sum by (instance, model_name, prompt_class"
+    by = "sum by (cluster, host, instance, model_name, prompt_class"
     rules = []
     why = {"ttft_seconds": "TTFT p95 over 5 minutes per prompt-length class (request "
                            "records): which prompt lengths the wait falls on.",
@@ -349,7 +358,7 @@ def request_group(t: dict) -> Group:
             f"instance_model_prompt_class:{name}:p95_5m",
             f"""
 histogram_quantile(0.95, {by}, le) (rate({name}_bucket{{{e}}}[5m])))
-  and on (instance, model_name, prompt_class) ({by}) (rate({name}_count{{{e}}}[5m])) > 0)""",
+  and on (cluster, instance, model_name, prompt_class) ({by}) (rate({name}_count{{{e}}}[5m])) > 0)""",  # noqa: E501
             why[metric]))
     return Group("sglang-requests.rules", "sglang.rules.yml", tuple(rules))
 
@@ -363,8 +372,8 @@ def availability_alerts(t: dict) -> tuple[Alert, ...]:
         Alert(
             "SGLangServerDown",
             f"""
-max by (instance, host) (sglang_obs_up{{{e}}}) == 0
-or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (sglang_obs_up{{{e}}}))""",  # noqa: E501
+max by (cluster, host, instance) (sglang_obs_up{{{e}}}) == 0
+or (max by (cluster, host, instance) (up{{{s}}}) == 0 unless on (cluster, instance) max by (cluster, host, instance) (sglang_obs_up{{{e}}}))""",  # noqa: E501
             "The server answers neither the exporter nor Prometheus. A failed scrape alone, while "
             "the exporter still reaches the API, is SGLangMetricsMissing, not this. `host` (the "
             "exporter's) lets a lost GPU of the same host inhibit it. Prometheus's scrape decides "
@@ -378,9 +387,9 @@ or (max by (instance) (up{{{s}}}) == 0 unless on (instance) max by (instance) (s
         Alert(
             "SGLangMetricsMissing",
             f"""
-(max by (instance) (up{{{s}}}) == 0 and on (instance) max by (instance) (sglang_obs_up{{{e}}}) == 1)
-or (max by (instance) (up{{{s}}}) == 1
-    unless on (instance) count by (instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}}))""",  # noqa: E501
+(max by (cluster, host, instance) (up{{{s}}}) == 0 and on (cluster, instance) max by (cluster, host, instance) (sglang_obs_up{{{e}}}) == 1)
+or (max by (cluster, host, instance) (up{{{s}}}) == 1
+    unless on (cluster, instance) count by (cluster, host, instance) ({{__name__=~"sglang:num_running_reqs|sglang:num_queue_reqs", {s}}}))""",  # noqa: E501
             "The API answers but /metrics fails (--enable-metrics off: 404) or has no scheduler "
             "series (sglang_* names not renamed back, see prometheus.yml).",
             severity="warning", for_="10m",
@@ -449,18 +458,21 @@ or (max by (instance) (up{{{s}}}) == 1
 
 
 def _quote(query: str, text: str, fmt: str = "humanize") -> str:
-    """A description fragment with the value of `query` for this alert's instance (`%q` is the
-    instance); nothing when the query returns nothing, so a missing series never prints junk."""
-    return (f'{{{{ with printf `{query}` $labels.instance | query }}}}'
+    """A description fragment with the value of `query` for this alert's instance (the `%q`s are
+    the cluster, empty outside a fleet, and the instance); nothing when the query returns
+    nothing, so a missing series never prints junk."""
+    return (f'{{{{ with printf `{query}` $labels.cluster $labels.instance | query }}}}'
             f'{text.format(v=f"{{{{ . | first | value | {fmt} }}}}")}{{{{ end }}}}')
 
 
 # What the user sees, quoted in each saturation alert: the symptom alerts it silences.
-WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{instance=%q} > 0",
+WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{cluster=%q, instance=%q} > 0",
                  "; requests have been waiting continuously for {v}", "humanizeDuration")
-TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m{instance=%q})",
+TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m"
+                  "{cluster=%q, instance=%q})",
                   "; TTFT p95 over 5 minutes is {v}", "humanizeDuration")
-ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m{instance=%q})",
+ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m"
+                 "{cluster=%q, instance=%q})",
                  "; ITL p95 over 5 minutes is {v}", "humanizeDuration")
 
 
@@ -468,7 +480,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
     a, sustain = t["alerts"], t["sustain"]
     keep = sustain["keep_firing_for"]
     meaning = {k.state: k.meaning for k in state_classes(t)}
-    retracted = _quote(f"{retractions_record(t)}{{instance=%q}} > 0",
+    retracted = _quote(f"{retractions_record(t)}{{cluster=%q, instance=%q}} > 0",
                        "{v} requests were retracted in the last "
                        f"{t['classification']['kv_retraction_window']} and ")
 
@@ -486,13 +498,13 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
         # against a quiet server's flicker, and this server is no quiet one. The class change
         # is then an update of the incident, not a new one.
         code = STATES.index(state)
-        expr = f"{signal} and on (instance) (instance:sglang_state:code == {code})"
+        expr = f"{signal} and on (cluster, instance) (instance:sglang_state:code == {code})"
         held = _seconds(sustain[state]) - STEP_SECONDS
         if held <= 0:
             return expr
-        return (f"{expr}\nand on (instance) (\n"
+        return (f"{expr}\nand on (cluster, instance) (\n"
                 f"    min_over_time((instance:sglang_state:code == bool {code})[{held}s:]) == 1\n"
-                f"  or max_over_time((instance:sglang_saturated:bool unless on (instance) "
+                f"  or max_over_time((instance:sglang_saturated:bool unless on (cluster, instance) "
                 f"instance:sglang_state:code == {code})[{t['incident_window']}:]) == 1)")
 
     def for_(state: str) -> str:
@@ -595,7 +607,7 @@ def slo_alerts(t: dict) -> tuple[Alert, ...]:
                 f"""
 instance_model:sglang_{o.key}_slo_errors:ratio_rate{long} > {budget}
 and instance_model:sglang_{o.key}_slo_errors:ratio_rate{short} > {budget}
-and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}
+and on (cluster, instance, model_name) instance_model:sglang_requests:rate1h > {floor}
 {explained(t, _longer(short, t["symptom_explained_window"]))}""",
                 f"{factor}x burn over {long} and {short}: "
                 f"{'pages' if severity == 'critical' else 'a ticket'}; traffic floor {floor} "
@@ -620,9 +632,9 @@ and on (instance, model_name) instance_model:sglang_requests:rate1h > {floor}
             "SGLangRequestErrors",
             f"""
 (instance_model:sglang_aborted_requests:ratio_rate5m > {a['request_error_ratio']}
-  and on (instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
-or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
-  and on (instance) sum by (instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
+  and on (cluster, instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
+or on (cluster, instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
+  and on (cluster, instance) sum by (cluster, host, instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
             "Aborted or 5xx requests above the threshold, with a traffic floor.",
             severity="warning", for_="5m", summary="SGLang requests are failing.",
             description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests "
@@ -637,9 +649,9 @@ or on (instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_rati
             f"""
 instance_model:sglang_cache_hit:ratio_rate15m
   < {a['cache_hit_drop_ratio']} * instance_model:sglang_cache_hit:ratio_rate6h
-and on (instance, model_name) instance_model:sglang_cache_hit:ratio_rate6h > {a['cache_hit_baseline_min']}
-and on (instance, model_name) instance_model:sglang_prompt_tokens:rate5m > {a['cache_hit_floor_prompt_tokens_per_second']}
-unless on (instance) (max by (instance) (resets(sglang:num_requests_total{{{s}}}[1h])) > 0)""",  # noqa: E501
+and on (cluster, instance, model_name) instance_model:sglang_cache_hit:ratio_rate6h > {a['cache_hit_baseline_min']}
+and on (cluster, instance, model_name) instance_model:sglang_prompt_tokens:rate5m > {a['cache_hit_floor_prompt_tokens_per_second']}
+unless on (cluster, instance) (max by (cluster, host, instance) (resets(sglang:num_requests_total{{{s}}}[1h])) > 0)""",  # noqa: E501
             "Against the server's own 6 h baseline, with a traffic floor; a restart empties the "
             "cache, so servers restarted in the last hour are excluded.",
             severity="warning", for_="15m", summary="SGLang prefix-cache hit ratio dropped.",
@@ -664,8 +676,8 @@ def gpu_alerts(t: dict) -> tuple[Alert, ...]:
             "GPULost",
             f"""
 max_over_time(sglang_obs_gpu_device_up{{{e}}}[15s]) == 0
-or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collector_up{{{e}}}[30s])) == 0
-    and on (instance) max by (instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
+or on (cluster, instance) (max by (cluster, host, instance) (max_over_time(sglang_obs_gpu_collector_up{{{e}}}[30s])) == 0
+    and on (cluster, instance) max by (cluster, host, instance) (max_over_time(sglang_obs_gpu_device_up{{{e}}}[1h])) == 1)""",  # noqa: E501
             "NVML lost the GPU (GpuIsLost, fallen off the bus): the workload on it is dead. Also "
             "a host whose NVML stopped working after it had GPUs in the last hour. Windows "
             "(every read in the last 15 s, 30 s for the whole collector) instead of a for: "
@@ -716,7 +728,7 @@ or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collecto
                        "(`sglang_obs_gpu_remapped_rows_failure == 1`)"),
         Alert(
             "GPUThermalThrottling",
-            f"max by (instance, gpu, uuid) (sglang_obs_gpu_clock_event_active{{{e}, "
+            f"max by (cluster, host, instance, gpu, uuid) (sglang_obs_gpu_clock_event_active{{{e}, "
             f"reason=~\"{reasons}\"}}) == 1",
             "Clocks held down by heat or a power brake: everything on this GPU runs slower.",
             severity="warning", for_="5m", summary="A GPU is throttling.",
@@ -728,7 +740,7 @@ or on (instance) (max by (instance, host) (max_over_time(sglang_obs_gpu_collecto
             "GPUPCIeLinkDegraded",
             f"""
 sglang_obs_gpu_pcie_link_downgraded{{{e}}} == 1
-and on (instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",
+and on (cluster, instance, gpu) sglang_obs_gpu_utilization_ratio{{{e}}} > {a['gpu_pcie_min_utilization']}""",  # noqa: E501
             "A link below its maximum under load (links may downshift at idle to save power).",
             severity="warning", for_="10m", summary="A GPU's PCIe link is degraded.",
             description="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs its PCIe link below "
@@ -753,12 +765,101 @@ META_ALERTS = (
 )
 
 
+def _sh(t) -> str:
+    return f'job="{t["selectors"]["shipper_job"]}"'
+
+
+# Alerts that compare hosts with one another on purpose: they aggregate across clusters (the one
+# exception to "every by (...) and on (...) keeps cluster", tests/test_fleet_rules.py).
+FLEET_WIDE_ALERTS = ("SGLangHostClusterLabelMissing", "SGLangHostIdentityConflict")
+
+
+def fleet_alerts(t: dict) -> tuple[Alert, ...]:
+    e, s, sh, f = _e(t), _s(t), _sh(t), t["fleet"]
+    window, for_ = f["not_reporting_window"], f["not_reporting_for"]
+    dropped = " or ".join(
+        f"increase({c}{{{sh}}}[15m]) > 0" for c in (
+            "vm_persistentqueue_bytes_dropped_total", "vmagent_remotewrite_packets_dropped_total",
+            "prometheus_remote_storage_samples_dropped_total",
+            "prometheus_remote_storage_samples_failed_total"))
+    return (
+        Alert(
+            "SGLangHostNotReporting",
+            f"""
+group by (cluster, host) (max_over_time(up[1h]))
+unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))""",
+            "The store heard from the host in the last hour and nothing for the window: no up "
+            "sample of any job, so neither a healthy nor a failing scrape. The host's last values "
+            "are not its state: its servers, GPUs and alerts are unknown, not healthy. A store "
+            "outage does not fire it: the shippers' buffers fill the gap within the for:.",
+            severity="critical", for_=for_, summary="A fleet host stopped reporting.",
+            description="No sample has arrived from host {{ $labels.host }} (cluster "
+                        "{{ $labels.cluster }}) for "
+                        + duration_words(f"{_seconds(window) + _seconds(for_)}s")
+                        + ": its shipper, its network or the host is down, and the state of its "
+                        "servers is unknown.",
+            dashboard="sglang-fleet",
+            fires_when=f"the store has an `up` sample of the host in the last hour but none in "
+                       f"the last {window} (every job: SGLang, the exporter, the shipper), for "
+                       f"{duration_words(for_)}"),
+        Alert(
+            "SGLangShipperDroppingData",
+            dropped,
+            "The shipper threw data away: its on-disk buffer reached its bound while the store was "
+            "down or slow (vmagent drops the oldest blocks), or the store refused the writes "
+            "(vmagent drops a block the store answers 4xx; Prometheus agent counts failed and "
+            "dropped samples). The gap is permanent.",
+            severity="warning", for_="0m", summary="A fleet shipper is dropping samples.",
+            description="The shipper on host {{ $labels.host }} (cluster {{ $labels.cluster }}) "
+                        "dropped data in the last 15 minutes: those samples never reach the "
+                        "store.",
+            dashboard="sglang-fleet",
+            fires_when="in the last 15 minutes the shipper dropped buffered bytes "
+                       "(`vm_persistentqueue_bytes_dropped_total`), blocks the store refused "
+                       "(`vmagent_remotewrite_packets_dropped_total`), or, for a Prometheus agent, "
+                       "samples (`prometheus_remote_storage_samples_dropped_total`, "
+                       "`prometheus_remote_storage_samples_failed_total`)"),
+        Alert(
+            "SGLangHostClusterLabelMissing",
+            """
+group by (job, instance, host) (up{cluster=""})
+and on () (count(up{cluster!=""}) > 0)""",
+            "A store where some hosts name their cluster and some do not: the unnamed ones would "
+            "be merged with one another by every per-cluster rule and dashboard. Silent outside "
+            "a fleet, where no series has a cluster.",
+            severity="warning", for_="5m", summary="A fleet host ships without a cluster label.",
+            description="Target {{ $labels.instance }} ({{ $labels.job }}, host "
+                        "{{ $labels.host }}) has no cluster label while other hosts have one: set "
+                        "its shipper's cluster.",
+            dashboard="sglang-fleet",
+            fires_when="a target's `up` has no `cluster` label while other targets in the store "
+                       "have one, for 5 minutes"),
+        Alert(
+            "SGLangHostIdentityConflict",
+            f"""
+count by (cluster, instance) (group by (cluster, instance, host) (up{{{s}}})) > 1
+or label_replace(count by (host) (group by (cluster, host) (up{{{e}}})) > 1, "cluster", "(several)", "", "")""",  # noqa: E501
+            "Two hosts claim one identity: one server address reported by two hosts of a cluster "
+            "(their series merge in every per-server rule), or one host name in two clusters (a "
+            "copied shipper configuration with a wrong cluster).",
+            severity="warning", for_="5m", summary="Two fleet hosts share an identity.",
+            description="{{ with $labels.instance }}Server {{ . }} is reported by "
+                        "{{ $value }} hosts of cluster {{ $labels.cluster }}{{ else }}Host "
+                        "{{ $labels.host }} reports in {{ $value }} clusters{{ end }}: their "
+                        "series are merged; give each host its own name and cluster.",
+            dashboard="sglang-fleet",
+            fires_when="one SGLang `instance` is reported by more than one `host` of a cluster, or "
+                       "one `host` reports an exporter in more than one `cluster`, for 5 minutes"),
+    )
+
+
 def alert_groups(t: dict) -> list[Group]:
     return [Group("sglang-availability.alerts", "sglang.alerts.yml", availability_alerts(t)),
             Group("sglang-saturation.alerts", "sglang.alerts.yml", saturation_alerts(t)),
             Group("sglang-slo.alerts", "sglang.alerts.yml", slo_alerts(t)),
             Group("gpu.alerts", "gpu.alerts.yml", gpu_alerts(t)),
-            Group("meta.alerts", "gpu.alerts.yml", META_ALERTS)]
+            Group("meta.alerts", "gpu.alerts.yml", META_ALERTS),
+            Group("fleet.alerts", "fleet.alerts.yml", fleet_alerts(t))]
 
 
 def alerts(t: dict) -> list[Alert]:
@@ -786,7 +887,15 @@ def runbook_anchor(alert_name: str) -> str:
 def duration_words(duration: str) -> str:
     """"30s" -> "30 seconds": a description that names its own for: reads it from the rule."""
     number, unit = int(duration[:-1]), {"s": "second", "m": "minute", "h": "hour"}[duration[-1]]
+    if unit == "second" and number >= 60 and number % 60 == 0:
+        number, unit = number // 60, "minute"
     return f"{number} {unit}{'s' if number != 1 else ''}"
+
+
+# In a fleet the dashboard link opens on the alert's cluster and host (Grafana's var- URL
+# parameters); outside one (no cluster label) the link is the plain dashboard.
+DASHBOARD_FLEET_VARS = ("{{ with $labels.cluster }}?var-cluster={{ . | urlquery }}"
+                        "{{ with $labels.host }}&var-host={{ . | urlquery }}{{ end }}{{ end }}")
 
 
 def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
@@ -801,19 +910,26 @@ def rule_body(rule: Record | Alert, t: dict) -> dict[str, Any]:
             "summary": rule.summary,
             "description": rule.description.replace("{for}", duration_words(rule.for_)),
             "runbook_url": f"{t['runbook_base']}#{runbook_anchor(rule.name)}",
-            "dashboard": f"{t['dashboard_base']}/{rule.dashboard}",
+            "dashboard": f"{t['dashboard_base']}/{rule.dashboard}{DASHBOARD_FLEET_VARS}",
         },
     }
 
 
-def render_groups(groups: list[Group], header: str, t: dict) -> str:
+def render_groups(groups: list[Group], header: str, t: dict, vmalert: bool = False) -> str:
     out = [f"# GENERATED by `make generate` from prometheus/thresholds.yml "
            f"(sglang_obs/generate/rules.py). {header}", "groups:"]
+    if vmalert:
+        out.insert(1, "# vmalert variant of prometheus/rules/: the same rules without "
+                   + ", ".join(VMALERT_DROPPED_FIELDS) + " (vmalert < 1.92 rejects it).")
     for group in groups:
         out += [f"- name: {group.name}", "  rules:"]
         for rule in group.rules:
             out.append(f"  # {rule.comment}")
-            text = yaml.dump([rule_body(rule, t)], Dumper=_Dumper, sort_keys=False, width=1000,
+            body = rule_body(rule, t)
+            if vmalert:
+                for key in VMALERT_DROPPED_FIELDS:
+                    body.pop(key, None)
+            text = yaml.dump([body], Dumper=_Dumper, sort_keys=False, width=1000,
                              allow_unicode=True)
             out += ["  " + line for line in text.rstrip("\n").splitlines()]
     return "\n".join(out) + "\n"
@@ -829,20 +945,28 @@ def rule_files(t: dict) -> dict[Path, str]:
             for name, header in RULE_FILES}
 
 
+def vmalert_rule_files(t: dict) -> dict[Path, str]:
+    """prometheus/rules-vmalert/*.yml: rule_files' groups, rendered for vmalert < 1.92."""
+    groups = recording_groups(t) + alert_groups(t)
+    return {VMALERT_RULES_DIR / name: render_groups([g for g in groups if g.file == name],
+                                                    header, t, vmalert=True)
+            for name, header in RULE_FILES}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write the rule files (and, in a checkout, docs/runbooks.md's blocks); --check: compare."""
     from sglang_obs.generate import runbooks  # noqa: PLC0415 - it reads this module's tables
 
     argv = sys.argv[1:] if argv is None else argv
     t = load_thresholds()
-    files = {**rule_files(t), **runbooks.files(t)}
+    files = {**rule_files(t), **vmalert_rule_files(t), **runbooks.files(t)}
     stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
     if "--check" in argv:
         for p in stale:
             print(f"stale: {p} (run make generate)", file=sys.stderr)
         return 1 if stale else 0
-    RULES_DIR.mkdir(parents=True, exist_ok=True)
     for p, text in files.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     return 0
 
