@@ -43,7 +43,11 @@ class Summary:
 
 def _merged(sim: Simulation, key: str) -> Histogram:
     parts = [h for (k, _), h in sim.server.tokenizer.histograms.items() if k == key]
-    return Histogram.merged(parts)
+    return Histogram.merged(parts) or Histogram(())
+
+
+def _mean(h: Histogram) -> float:
+    return h.sum / h.count if h.count else 0.0
 
 
 def _quantile_bucket(h: Histogram, q: float) -> float:
@@ -108,10 +112,10 @@ def summarize(name: str | scenarios.Scenario) -> Summary:
         longest_queueing_seconds=longest, pending_peak_tokens=pending_peak,
         running_peak=running_peak, kv_peak_ratio=kv_peak,
         cache_hit_ratio=tk.cached_tokens / max(sum(tk.prompt_tokens.values()), 1),
-        ttft_mean_seconds=ttft.sum / ttft.count, ttft_p95_bucket_seconds=_quantile_bucket(
-            ttft, 0.95), itl_mean_seconds=itl.sum / itl.count,
-        e2e_mean_seconds=e2e.sum / e2e.count, decode_speed_p10=speeds[len(speeds) // 10],
-        decode_speed_median=statistics.median(speeds),
+        ttft_mean_seconds=_mean(ttft), ttft_p95_bucket_seconds=_quantile_bucket(ttft, 0.95),
+        itl_mean_seconds=_mean(itl), e2e_mean_seconds=_mean(e2e),
+        decode_speed_p10=speeds[len(speeds) // 10] if speeds else 0.0,
+        decode_speed_median=statistics.median(speeds) if speeds else 0.0,
         ttft_p50_seconds=_exact(ttfts, 0.5), ttft_p95_seconds=_exact(ttfts, 0.95),
         queue_time_mean_seconds=statistics.fmean(queues) if queues else 0.0,
         queue_time_p95_seconds=_exact(queues, 0.95),
