@@ -3,6 +3,7 @@
     sglang-sim --scenario long-context-incident --port 30000
     sglang-sim render --scenario long-context-incident --out /tmp/series
     sglang-sim list
+    sglang-sim what-if --prometheus URL --start T --end T --set max_running_requests=10
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
 failed (sglang_obs.cli_support).
@@ -11,6 +12,7 @@ failed (sglang_obs.cli_support).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shutil
 import sys
@@ -23,12 +25,14 @@ from sglang_obs.cli_support import (
     OneLineParser,
     UsageError,
     folder,
+    http_url,
     output_file,
     positive,
     quiet_broken_pipe,
     report,
 )
 from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.model import PerfModel
 from sglang_obs.simulator.profiles import ALIASES, profile
 from sglang_obs.simulator.records import RecordFiles, RecordSink
 from sglang_obs.simulator.render import render, write_openmetrics, write_promtool_series
@@ -124,6 +128,32 @@ def build_parser() -> OneLineParser:
                       "openmetrics,promtool)")
 
     sub.add_parser("list", help="list the shipped scenarios")
+
+    what = sub.add_parser(
+        "what-if", help="replay a window's estimated load under the current and proposed "
+        "server arguments (a model prediction)")
+    what.add_argument("--prometheus", type=http_url, required=True, metavar="URL",
+                      help="the Prometheus that holds the window (recording rules not needed)")
+    what.add_argument("--start", required=True, metavar="TIME",
+                      help="window start: now, '30m ago', a Unix timestamp or an ISO time")
+    what.add_argument("--end", required=True, metavar="TIME", help="window end (same forms)")
+    what.add_argument("--instance", metavar="HOST:PORT",
+                      help="the SGLang server (needed when the window holds several)")
+    what.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                      dest="proposed", help="a proposed server argument (repeat), e.g. "
+                      "max_running_requests=10 schedule_policy=lpm")
+    what.add_argument("--current", action="append", default=[], metavar="NAME=VALUE",
+                      help="a current argument no series shows (e.g. "
+                      "num_continuous_decode_steps=2); overrides the series' too")
+    what.add_argument("--perf", action="append", default=[], metavar="NAME=VALUE",
+                      help="the hardware's timings in the model (docs/simulator.md perf.*), "
+                      "e.g. decode_s_per_kv_token=6e-8")
+    what.add_argument("--seeds", type=positive(int, 1, inclusive=True), default=5,
+                      help="draws of the estimated load (default 5): each figure's spread")
+    what.add_argument("--step", type=_duration, default=15.0,
+                      help="query step (default 15s: the scrape interval)")
+    what.add_argument("--json", type=Path, metavar="FILE",
+                      help="also write the prediction as JSON")
     return parser
 
 
@@ -147,6 +177,8 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "list":
         _list()
         return 0
+    if args.command == "what-if":
+        return _what_if(args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="ts=%(asctime)s level=%(levelname)s msg=%(message)s",
                         stream=sys.stderr)
@@ -293,6 +325,46 @@ def _render(args, sc) -> int:
         print(f"  {path}")
     if args.request_metrics_dir:
         print(f"  {args.request_metrics_dir}/sglang-request-metrics-*.log")
+    return 0
+
+
+def _what_if(args) -> int:
+    from sglang_obs.prometheus_api import Prometheus, PrometheusError  # noqa: PLC0415
+    from sglang_obs.simulator import what_if  # noqa: PLC0415
+    from sglang_obs.tools.snapshot import iso, parse_time  # noqa: PLC0415
+
+    proposed = what_if.parse_assignments("--set", args.proposed)
+    if not proposed:
+        raise UsageError("--set: give at least one proposed argument, e.g. --set "
+                         "max_running_requests=10")
+    current = what_if.parse_assignments("--current", args.current)
+    perf_names = tuple(f.name for f in dataclasses.fields(PerfModel))
+    perf = what_if.parse_assignments("--perf", args.perf, PerfModel, perf_names)
+    what_if.check_args("--set", proposed)
+    what_if.check_args("--current", current)
+    if any(v <= 0 for k, v in perf.items() if k != "prefill_batches_before_decode") or \
+            perf.get("prefill_batches_before_decode", 1) < 1:
+        raise UsageError("--perf: timings must be positive")
+    now = time.time()
+    start, end = parse_time(args.start, now, "--start"), parse_time(args.end, now, "--end")
+    if end <= start:
+        raise UsageError(f"empty window: --start {iso(start)} is not before --end {iso(end)}")
+    json_path = output_file("--json", args.json) if args.json else None
+    try:
+        source = what_if.PrometheusSource(Prometheus(args.prometheus), start, end,
+                                          args.instance, args.step)
+        est = what_if.estimate(source)
+    except PrometheusError as err:
+        raise Failure(f"--prometheus: {err}") from None
+    rep = what_if.replay(est, current, proposed, perf, args.seeds)
+    sys.stdout.write(what_if.markdown(est, rep, current, proposed))
+    if json_path:
+        try:
+            json_path.write_text(what_if.to_json(what_if.document(est, rep, current,
+                                                                  proposed)))
+        except OSError as err:
+            raise Failure(f"--json {json_path}: cannot write it ({err.strerror or err})") \
+                from None
     return 0
 
 

@@ -32,11 +32,22 @@ class Summary:
     e2e_mean_seconds: float
     decode_speed_p10: float  # tokens/s one request gets, from decode reports
     decode_speed_median: float
+    # Exact per-request figures (the model knows every request), for what-if's deltas.
+    ttft_p50_seconds: float
+    ttft_p95_seconds: float
+    queue_time_mean_seconds: float
+    queue_time_p95_seconds: float
+    itl_p95_seconds: float  # interpolated within the histogram's bucket, as PromQL does
+    queued_seconds: float  # seconds with at least one request waiting
 
 
 def _merged(sim: Simulation, key: str) -> Histogram:
     parts = [h for (k, _), h in sim.server.tokenizer.histograms.items() if k == key]
-    return Histogram.merged(parts)
+    return Histogram.merged(parts) or Histogram(())
+
+
+def _mean(h: Histogram) -> float:
+    return h.sum / h.count if h.count else 0.0
 
 
 def _quantile_bucket(h: Histogram, q: float) -> float:
@@ -46,13 +57,36 @@ def _quantile_bucket(h: Histogram, q: float) -> float:
     return float("inf")
 
 
-def summarize(name: str) -> Summary:
-    sc = scenarios.load(name)
+def _quantile_interpolated(h: Histogram, q: float) -> float:
+    """histogram_quantile(): linear within the bucket that holds the q-th observation."""
+    rank, lower, below = q * h.count, 0.0, 0.0
+    for bound, cumulative in h.cumulative():
+        if cumulative >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = cumulative - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, cumulative
+    return lower
+
+
+def _exact(values: list[float], q: float) -> float:
+    """The q-quantile of exact values (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)] if ordered else 0.0
+
+
+def summarize(name: str | scenarios.Scenario) -> Summary:
+    """Run a scenario (a shipped name, a path, or a Scenario) through the model."""
+    sc = name if isinstance(name, scenarios.Scenario) else scenarios.load(name)
+    name = sc.name
     events: list = []
-    sim = Simulation(sc, on_event=events.append)
+    finished: list = []
+    sim = Simulation(sc, on_event=events.append,
+                     on_request=lambda req, _at: finished.append(req))
     queue_peak = pending_peak = running_peak = 0
     kv_peak = 0.0
-    longest = 0.0
+    longest = queued = 0.0
     started = None
     for second in range(int(sc.duration) + 1):
         sim.advance(float(second))
@@ -62,6 +96,7 @@ def summarize(name: str) -> Summary:
             running_peak = max(running_peak, len(s.running))
             kv_peak = max(kv_peak, s.used_tokens / sc.server.max_total_num_tokens)
         if any(s.waiting for s in sim.server.schedulers):
+            queued += 1
             started = second if started is None else started
             longest = max(longest, second - started)
         else:
@@ -70,15 +105,21 @@ def summarize(name: str) -> Summary:
     speeds = sorted(e.gen_throughput / e.running_req for e in events
                     if isinstance(e, DecodeBatch) and e.running_req)
     ttft, itl, e2e = (_merged(sim, k) for k in ("ttft", "itl", "e2e"))
+    ttfts = [r.first_token_at - r.arrival for r in finished if r.first_token_at is not None]
+    queues = [r.scheduled_at - r.arrival for r in finished if r.scheduled_at is not None]
     return Summary(
         name=name, requests=int(sum(tk.requests.values())), queue_peak=queue_peak,
         longest_queueing_seconds=longest, pending_peak_tokens=pending_peak,
         running_peak=running_peak, kv_peak_ratio=kv_peak,
         cache_hit_ratio=tk.cached_tokens / max(sum(tk.prompt_tokens.values()), 1),
-        ttft_mean_seconds=ttft.sum / ttft.count, ttft_p95_bucket_seconds=_quantile_bucket(
-            ttft, 0.95), itl_mean_seconds=itl.sum / itl.count,
-        e2e_mean_seconds=e2e.sum / e2e.count, decode_speed_p10=speeds[len(speeds) // 10],
-        decode_speed_median=statistics.median(speeds))
+        ttft_mean_seconds=_mean(ttft), ttft_p95_bucket_seconds=_quantile_bucket(ttft, 0.95),
+        itl_mean_seconds=_mean(itl), e2e_mean_seconds=_mean(e2e),
+        decode_speed_p10=speeds[len(speeds) // 10] if speeds else 0.0,
+        decode_speed_median=statistics.median(speeds) if speeds else 0.0,
+        ttft_p50_seconds=_exact(ttfts, 0.5), ttft_p95_seconds=_exact(ttfts, 0.95),
+        queue_time_mean_seconds=statistics.fmean(queues) if queues else 0.0,
+        queue_time_p95_seconds=_exact(queues, 0.95),
+        itl_p95_seconds=_quantile_interpolated(itl, 0.95), queued_seconds=queued)
 
 
 ROWS = (

@@ -1,7 +1,8 @@
 """Regenerates the generated blocks of docs/simulator.md (`make generate`; a test checks them).
 
 Blocks sit between `<!-- generated:NAME -->` and `<!-- end:NAME -->`: the scenario list, the
-model parameters with their defaults, and the seed 000 original-versus-tuned comparison.
+model parameters with their defaults, the seed 000 original-versus-tuned comparison, and
+what-if's calibration against it (simulator/what_if.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from sglang_obs.generate.doc_blocks import replace_blocks
-from sglang_obs.simulator import compare
+from sglang_obs.simulator import compare, what_if
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
 
@@ -77,6 +78,7 @@ BLOCKS = {
     "parameters": parameter_table,
     "comparison": lambda: compare.markdown(["long-context-incident",
                                             "long-context-incident-tuned"]),
+    "what-if-calibration": what_if.calibration_table,
 }
 
 

@@ -29,6 +29,9 @@ from helpers import free_port
 BIN = Path(sys.executable).parent
 LOG = ROOT / "tests/fixtures/sglang/scheduler_0.5.12_tp4.log"
 USAGE, FAILURE = 2, 1
+# sglang-sim what-if: a window on a Prometheus nothing answers on, and one proposed argument.
+WINDOW = ["--prometheus", "{dead}", "--start", "1h ago", "--end", "now"]
+SET = ["--set", "max_running_requests=10"]
 
 # (program, subcommand, arguments, exit status, what the line must name). Placeholders:
 # {file} an existing file, {dir} an existing empty directory, {full} a non-empty one, {missing}
@@ -180,6 +183,25 @@ TABLE = [
     ("sglang-sim", "render", ["render", "--out", "{file}"], FAILURE, ["--out", "{file}"]),
     ("sglang-sim", "render", ["render", "--out", "/proc/nope"], FAILURE, ["--out", "/proc/nope"]),
     ("sglang-sim", "list", ["list", "extra"], USAGE, ["extra"]),
+    ("sglang-sim", "what-if", ["what-if", "--start", "1h ago", "--end", "now", "--set",
+                                "max_running_requests=10"], USAGE, ["--prometheus"]),
+    ("sglang-sim", "what-if", ["what-if", "--set", "max_runing_requests=10", *WINDOW], USAGE,
+     ["--set", "max_runing_requests", "max_running_requests"]),
+    ("sglang-sim", "what-if", ["what-if", "--set", "schedule_policy=random", *WINDOW], USAGE,
+     ["--set", "schedule_policy"]),
+    ("sglang-sim", "what-if", ["what-if", *WINDOW], USAGE, ["--set"]),
+    ("sglang-sim", "what-if", ["what-if", "--current", "gpu_name=H100", *SET, *WINDOW], USAGE,
+     ["--current", "gpu_name"]),
+    ("sglang-sim", "what-if", ["what-if", "--perf", "decode_s_per_kv_token=fast", *SET, *WINDOW],
+     USAGE, ["--perf", "decode_s_per_kv_token"]),
+    ("sglang-sim", "what-if", ["what-if", "--start", "yesterday", "--end", "now", *SET,
+                                "--prometheus", "{dead}"], USAGE, ["--start", "yesterday"]),
+    ("sglang-sim", "what-if", ["what-if", "--start", "now", "--end", "1h ago", *SET,
+                                "--prometheus", "{dead}"], USAGE, ["--start", "--end"]),
+    ("sglang-sim", "what-if", ["what-if", "--seeds", "0", *SET, *WINDOW], USAGE, ["--seeds"]),
+    ("sglang-sim", "what-if", ["what-if", *SET, *WINDOW], FAILURE, ["--prometheus", "{dead}"]),
+    ("sglang-sim", "what-if", ["what-if", "--json", "{dir}", *SET, *WINDOW], FAILURE,
+     ["--json", "{dir}"]),
     # sglang-exporter (an SGLang that does not answer is not an error: it is reported as down)
     ("sglang-exporter", None, [], USAGE, ["--sglang.url"]),
     ("sglang-exporter", None, ["--no-such-flag"], USAGE, ["--no-such-flag"]),
