@@ -22,7 +22,7 @@ import math
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,12 +311,16 @@ def config_diff(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> 
 
 # -- the result ----------------------------------------------------------------------------
 def compare(before: WindowData, after: WindowData, limits: dict | None = None,
-            resamples: int | None = None, seed: int | None = None) -> dict:
+            resamples: int | None = None, seed: int | None = None,
+            paired: bool = False) -> dict:
     """The comparison document (compare.json; schema in docs/compare.md)."""
     limits = limits or settings()
     resamples = limits["bootstrap_resamples"] if resamples is None else resamples
     seed = limits["bootstrap_seed"] if seed is None else seed
-    changes = compare_metrics(before, after, resamples, seed)
+    if paired and before.minutes != after.minutes:
+        raise CompareUsageError(f"--paired: the windows must have as many minutes (before "
+                                f"{before.minutes}, after {after.minutes})")
+    changes = compare_metrics(before, after, resamples, seed, paired)
     judged = comparability(changes, before, after, limits)
     outcome = {m.key: changes[m.key] for m in OUTCOME}
     verdict = {"comparable": judged["comparable"], "checks": judged["checks"]}
@@ -327,7 +331,7 @@ def compare(before: WindowData, after: WindowData, limits: dict | None = None,
     doc = {
         "schema_version": SCHEMA_VERSION,
         "bootstrap": {"resamples": resamples, "seed": seed, "interval": 0.95,
-                      "unit": "minute"},
+                      "unit": "minute pair" if paired else "minute", "paired": paired},
         "windows": {name: {"server": w.server, "from": iso(w.start), "to": iso(w.end),
                            "minutes": w.minutes}
                     for name, w in (("before", before), ("after", after))},
@@ -402,10 +406,12 @@ def report(doc: dict) -> str:
                          if kind != "no_clear_change" else doc["metrics"][k]["label"]
                          for k in keys]
                 lines += [f"- **{title}:** " + "; ".join(parts), ""]
+        boot = doc["bootstrap"]
+        how = ("paired: minute k of one window with minute k of the other, "
+               if boot["paired"] else "")
         lines.append("Changes are after / before − 1 with a 95 % interval from a bootstrap over "
-                     f"the windows' minutes ({doc['bootstrap']['resamples']} resamples, seed "
-                     f"{doc['bootstrap']['seed']}); a change is called only when its interval "
-                     "excludes 0.")
+                     f"the windows' minutes ({how}{boot['resamples']} resamples, seed "
+                     f"{boot['seed']}); a change is called only when its interval excludes 0.")
     else:
         failed = "; ".join(c["text"] for c in v["checks"] if not c["ok"])
         lines.append(f"**Not comparable**: {failed}. The loads differ, so no improvement or "
@@ -425,7 +431,7 @@ def report(doc: dict) -> str:
         lines += ["", f"## {title}", "", "| | before | after | change [95 % interval] |"
                   + (" reading |" if side == "outcome" else ""),
                   "|---|---|---|---|" + ("---|" if side == "outcome" else "")]
-        for key, m in doc["metrics"].items():
+        for m in doc["metrics"].values():
             if m["side"] != side:
                 continue
             row = (f"| {m['label']} | {fmt(m['before'], m['unit'])} | "
@@ -724,7 +730,7 @@ def _config(prom: Prometheus, w: Window, server: str, exporter_job: str) -> dict
 def run(prometheus_url: str, before: Sequence[str], after: Sequence[str],
         instance: str | None = None, after_instance: str | None = None,
         out: Path | None = None, resamples: int | None = None, seed: int | None = None,
-        progress: Callable[[str], None] | None = None) -> tuple[dict, str]:
+        paired: bool = False) -> tuple[dict, str]:
     """Compare the two windows; with `out`, write report.md, compare.json and compare.png
     there (a new or empty folder, left as found on failure). (document, report)."""
     now = time.time()
@@ -738,7 +744,7 @@ def run(prometheus_url: str, before: Sequence[str], after: Sequence[str],
         server_a = pick_server(prom, wa, after_instance or instance,
                                "--after-instance" if after_instance else "--instance")
         data_b, data_a = fetch_window(prom, wb, server_b), fetch_window(prom, wa, server_a)
-        doc = compare(data_b, data_a, resamples=resamples, seed=seed)
+        doc = compare(data_b, data_a, resamples=resamples, seed=seed, paired=paired)
         text = report(doc)
         if out is not None:
             (out / "compare.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
