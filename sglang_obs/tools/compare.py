@@ -455,7 +455,7 @@ def report(doc: dict) -> str:
                          f"{_share(sa, doc['states']['after'])} |")
     lines += ["", "## Alerts that fired", "", "| | before | after |", "|---|---|---|"]
     for sev in ("critical", "warning"):
-        lines.append(f"| {sev} (pages: critical) | {doc['pages']['before'][sev]} | "
+        lines.append(f"| {sev} (pages) | {doc['pages']['before'][sev]} | "
                      f"{doc['pages']['after'][sev]} |" if sev == "critical" else
                      f"| {sev} | {doc['pages']['before'][sev]} | {doc['pages']['after'][sev]} |")
     for name in ("before", "after"):
