@@ -22,6 +22,7 @@ generate: $(VENV)/.installed
 	$(PY) -m sglang_obs.generate.detection
 	$(PY) grafana/dashboards/generate.py
 	$(PY) -m sglang_obs.generate.examples
+	$(PY) -m sglang_obs.generate.compare_example
 	$(PY) -m sglang_obs.generate.readme
 	$(PY) -m sglang_obs.generate.kubernetes
 

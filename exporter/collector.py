@@ -129,6 +129,7 @@ def _config(snapshots: list[Snapshot]):
             "config_max_prefill_tokens",
             "config_context_length_tokens",
             "config_mixed_chunk_enabled",
+            "config_num_continuous_decode_steps",
         )
     }
     for snap in snapshots:
@@ -157,6 +158,7 @@ def _config(snapshots: list[Snapshot]):
             ("config_max_prefill_tokens", cfg.max_prefill_tokens),
             ("config_context_length_tokens", context or cfg.context_length),
             ("config_mixed_chunk_enabled", None if cfg.mixed_chunk is None else cfg.mixed_chunk),
+            ("config_num_continuous_decode_steps", cfg.num_continuous_decode_steps),
         ):
             if value is not None:
                 numeric[name].add_metric(labels, float(value))

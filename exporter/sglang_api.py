@@ -50,6 +50,7 @@ class ServerConfig:
     chunked_prefill_size: float | None = None
     max_prefill_tokens: float | None = None
     context_length: float | None = None
+    num_continuous_decode_steps: float | None = None
     schedule_policy: str = ""
     kv_cache_dtype: str = ""
     speculative_algorithm: str = ""
@@ -228,6 +229,7 @@ def parse_server_info(payload: Any) -> ServerConfig:
         chunked_prefill_size=f.num(payload, "chunked_prefill_size"),
         max_prefill_tokens=f.num(payload, "max_prefill_tokens"),
         context_length=f.num(payload, "context_length"),
+        num_continuous_decode_steps=f.num(payload, "num_continuous_decode_steps"),
         schedule_policy=labels.enum_value(f.text(payload, "schedule_policy"),
                                           labels.SCHEDULE_POLICIES),
         kv_cache_dtype=labels.enum_value(f.text(payload, "kv_cache_dtype"),

@@ -12,6 +12,8 @@
     sglang-obs fleet shipper-config --cluster C --host H --write-url URL [--flavour F]
     sglang-obs snapshot --prometheus URL --from T --to T [--instance I...] --out DIR
                         [--request-metrics-dir DIR]
+    sglang-obs compare --prometheus URL --before T T --after T T [--instance I]
+                       [--after-instance J] [--paired] [--out DIR]
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
 failed (sglang_obs.cli_support).
@@ -198,6 +200,29 @@ def build_parser() -> OneLineParser:
     snap.add_argument("--request-metrics-dir", metavar="DIR",
                       help="SGLang's --export-metrics-to-file directory (or a copy): add the "
                       "slowest requests of the window to the pack")
+    comp = sub.add_parser(
+        "compare", help="two windows (before and after a change) side by side: configuration, "
+        "load, outcome with 95 %% intervals, a verdict when the loads are comparable")
+    comp.add_argument("--prometheus", type=http_url, default="http://127.0.0.1:9090",
+                      metavar="URL", help="Prometheus URL (default http://127.0.0.1:9090)")
+    comp.add_argument("--before", nargs=2, required=True, metavar=("START", "END"),
+                      help="the window before the change: two times ('2h ago', a Unix time or "
+                      "an ISO time, UTC default)")
+    comp.add_argument("--after", nargs=2, required=True, metavar=("START", "END"),
+                      help="the window after the change")
+    comp.add_argument("--instance", help="the server (host:port); needed when a window has "
+                      "several")
+    comp.add_argument("--after-instance", metavar="INSTANCE",
+                      help="another server for the after window (default: --instance)")
+    comp.add_argument("--paired", action="store_true",
+                      help="the two windows replay the same traffic (a load test, a replay): "
+                      "resample minute k of both together")
+    comp.add_argument("--resamples", type=positive(int, 100, inclusive=True), metavar="N",
+                      help="bootstrap resamples (thresholds.yml compare:, 2000)")
+    comp.add_argument("--seed", type=positive(int, 0, inclusive=True), metavar="N",
+                      help="bootstrap seed (thresholds.yml compare:, 0)")
+    comp.add_argument("--out", metavar="DIR", help="also write report.md, compare.json and "
+                      "compare.png into this folder (new, or empty)")
     return parser
 
 
@@ -245,6 +270,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.fleet_command == "shipper-config":
             return fleet_module.main_shipper_config(args)
         return fleet_module.main_shipper_flags(args)
+    if args.command == "compare":
+        from sglang_obs.tools import compare as compare_module  # noqa: PLC0415
+
+        doc, text = compare_module.run(
+            args.prometheus, args.before, args.after, args.instance, args.after_instance,
+            Path(args.out) if args.out else None, args.resamples, args.seed, args.paired)
+        if args.out:
+            verdict = "comparable" if doc["verdict"]["comparable"] else "not comparable"
+            print(f"{verdict}; wrote {args.out}/report.md, compare.json, compare.png")
+        else:
+            sys.stdout.write(text)
+        return 0
     if args.command == "stack":
         from sglang_obs.tools import stack as stack_module  # noqa: PLC0415
 

@@ -165,6 +165,32 @@ TABLE = [
     ("sglang-obs", "snapshot", ["snapshot", "--prometheus", "{dead}", "--from", "10m ago",
                                 "--alerts-log", "{missing}", "--out", "{tmp}/p"], FAILURE,
      ["--alerts-log", "{missing}"]),
+    # compare (Prometheus at {dead}: the command line and --out are checked before it is asked)
+    ("sglang-obs", "compare", ["compare", "--after", "1h ago", "now"], USAGE, ["--before"]),
+    ("sglang-obs", "compare", ["compare", "--before", "1h ago", "--after", "1h ago", "now"],
+     USAGE, ["--before", "2"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "now", "1h ago",
+                               "--after", "1h ago", "now"], USAGE, ["--before", "empty window"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "2h ago",
+                               "1h ago", "--after", "yesterday-ish", "now"], USAGE,
+     ["--after", "yesterday-ish"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "2h ago",
+                               "1h ago", "--after", "1h ago", "59m ago"], USAGE,
+     ["--after", "at least 2 whole minutes"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "notaurl", "--before", "2h ago",
+                               "1h ago", "--after", "1h ago", "now"], USAGE,
+     ["--prometheus", "notaurl"]),
+    ("sglang-obs", "compare", ["compare", "--before", "2h ago", "1h ago", "--after", "1h ago",
+                               "now", "--resamples", "5"], USAGE, ["--resamples"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "2h ago",
+                               "1h ago", "--after", "1h ago", "now"], FAILURE,
+     ["--prometheus", "{dead}", "unreachable"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "2h ago",
+                               "1h ago", "--after", "1h ago", "now", "--out", "{file}"], FAILURE,
+     ["--out", "{file}"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "2h ago",
+                               "1h ago", "--after", "1h ago", "now", "--out", "{full}"], FAILURE,
+     ["--out", "{full}"]),
     # sglang-sim
     ("sglang-sim", None, ["no-such-command"], USAGE, ["no-such-command"]),
     ("sglang-sim", "serve", ["serve", "--port", "http"], USAGE, ["--port", "http"]),
@@ -282,6 +308,15 @@ def test_a_simulator_that_cannot_listen_never_announced_itself(results):
     result, _, _ = results[_id(row)]
     assert "ready to roll" not in result.stdout  # the simulated SGLang's "ready" line
     assert result.stdout == ""
+
+
+def test_a_failed_compare_leaves_no_folder_behind(places):
+    tmp = places["base"] / "compare-out"
+    result = subprocess.run([str(BIN / "sglang-obs"), "compare", "--prometheus", places["dead"],
+                             "--before", "2h ago", "1h ago", "--after", "1h ago", "now",
+                             "--out", str(tmp)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == FAILURE, result.stderr
+    assert not tmp.exists()
 
 
 def test_a_failed_snapshot_leaves_no_folder_behind(results):
