@@ -31,8 +31,8 @@ How the load is estimated (docs/simulator.md, "What-if"):
 - cached share: per request 1 - uncached / prompt, both drawn from their histograms; without the
   uncached histogram every request gets the window's hit ratio (cached / prompt counters).
 - server arguments: the exporter's config series and SGLang's constants; what no series carries
-  (num_continuous_decode_steps, the hardware's timings) comes from --current and --perf, else
-  the model's defaults, and the report says which is which.
+  (the hardware's timings; an argument an older exporter did not report) comes from --current
+  and --perf, else the model's defaults, and the report says which is which.
 """
 
 from __future__ import annotations
@@ -332,6 +332,7 @@ ARG_SERIES = {
     "context_length": ("sglang_obs_config_context_length_tokens", f"{P}context_len"),
     "tp_size": ("sglang_obs_config_tp_size",),
     "dp_size": ("sglang_obs_config_dp_size",),
+    "num_continuous_decode_steps": ("sglang_obs_config_num_continuous_decode_steps",),
 }
 
 
@@ -669,8 +670,9 @@ def document(est: Estimate, rep: Replay, given: dict[str, Any], proposed: dict[s
 
 # -- calibration -----------------------------------------------------------------------------
 CALIBRATION_START = 1_700_000_000.0  # any fixed time: the render is deterministic
-# Seed 000's effective arguments no series carries (its server_args list them).
-CALIBRATION_CURRENT = {"num_continuous_decode_steps": 2}
+# Seed 000's effective arguments no series carries: none since the exporter reports
+# num_continuous_decode_steps (its value, 2, now comes from the rendered series).
+CALIBRATION_CURRENT: dict[str, Any] = {}
 
 
 def calibration() -> tuple[Estimate, Replay, compare.Summary, compare.Summary]:
