@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import urllib.parse
 from pathlib import Path
@@ -146,6 +147,21 @@ def new_folder(flag: str, path: str | os.PathLike) -> tuple[Path, bool]:
     except OSError as err:
         raise Failure(f"{flag} {path}: cannot create the directory ({reason(err)})") from None
     return path, True
+
+
+def restore_folder(path: Path | None, created: bool) -> None:
+    """Leave a new_folder() as the command found it after a failure: gone if the command made
+    it, else empty again."""
+    if path is None:
+        return
+    if created:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def folder(flag: str, path: str | os.PathLike) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from sglang_obs import config_dir
-from sglang_obs.cli_support import Failure, UsageError, new_folder
+from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
 from sglang_obs.tools.snapshot import iso, parse_time
@@ -756,24 +755,11 @@ def run(prometheus_url: str, before: Sequence[str], after: Sequence[str],
             pyplot().close(fig)
         return doc, text
     except PrometheusError as err:
-        _undo(out, created)
+        restore_folder(out, created)
         raise CompareError(f"--prometheus: {err}") from None
     except OSError as err:
-        _undo(out, created)
+        restore_folder(out, created)
         raise CompareError(f"--out {out}: cannot write ({err.strerror or err})") from None
     except BaseException:
-        _undo(out, created)
+        restore_folder(out, created)
         raise
-
-
-def _undo(out: Path | None, created: bool) -> None:
-    if out is None:
-        return
-    if created:
-        shutil.rmtree(out, ignore_errors=True)
-        return
-    for child in out.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_obs.charts import pyplot
-from sglang_obs.cli_support import Failure, UsageError, new_folder
+from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
 from sglang_obs.tools import alert_delivery as delivery
@@ -486,30 +485,18 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
         return _take(prometheus_url, window, out, instances, alertmanager, alerts_log,
                      request_metrics_dir)
     except PrometheusError as err:
-        _undo(out, created)
+        restore_folder(out, created)
         raise SnapshotError(f"--prometheus: {err}") from None
     except delivery.DeliveryError as err:
-        _undo(out, created)
+        restore_folder(out, created)
         raise SnapshotError(str(err)) from None
     except OSError as err:
-        _undo(out, created)
+        restore_folder(out, created)
         raise SnapshotError(f"--out {out}: cannot write the pack ({err.strerror or err})") \
             from None
     except BaseException:
-        _undo(out, created)
+        restore_folder(out, created)
         raise
-
-
-def _undo(out: Path, created: bool) -> None:
-    """Leave `out` as take() found it: gone if it made it, else empty again."""
-    if created:
-        shutil.rmtree(out, ignore_errors=True)
-        return
-    for child in out.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
 
 
 def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] | None,
