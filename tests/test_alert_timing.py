@@ -204,10 +204,23 @@ def measure(h: Host, entries: list[dict], watched_until: float) -> list[dict]:
     sc = scenarios.load(h.scenario)
 
     def counts(since: float, until: float) -> dict:
+        """Deliveries that bring news (an alert firing that the group's previous delivery did
+        not have firing) and deliveries that only resolve something: "resolved" of the group,
+        or an update where one of its alerts resolved while the others still fire."""
         span = [e for e in mine if since <= e["time"] <= until]
-        firing = {e["notification"] for e in span if e["status"] == "firing"}
-        return {"notifications": len(firing),
-                "resolved": len({e["notification"] for e in span} - firing),
+        news, resolves = set(), set()
+        for group in {e["group"] for e in span}:
+            before: set[str] = set()
+            for number in sorted({e["notification"] for e in mine if e["group"] == group}):
+                delivery = [e for e in mine if e["notification"] == number]
+                now = {e["labels"]["alertname"] for e in delivery if e["status"] == "firing"}
+                if any(since <= e["time"] <= until for e in delivery):
+                    if now - before:
+                        news.add(number)
+                    elif any(e["status"] == "resolved" for e in delivery):
+                        resolves.add(number)
+                before = now
+        return {"notifications": len(news), "resolved": len(resolves),
                 "groups": len({e["group"] for e in span}),
                 "alerts": sorted({e["labels"]["alertname"] for e in span})}
 

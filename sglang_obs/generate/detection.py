@@ -425,8 +425,11 @@ def markdown(results: list[Detection], e2e: dict | None = None) -> str:
         lines += [
             f"`{e2e['command']}` ({e2e['date']}): {e2e['setup']} Times are wall-clock seconds",
             "at the receiver (the alert sink), from the scenario's onset and clear.",
-            "*Notifications* counts webhook deliveries with status firing for the server,",
-            "*resolved* those with status resolved, *groups* distinct Alertmanager group keys.",
+            "*Notifications* counts the server's webhook deliveries that bring news: an alert",
+            "firing that the group's previous delivery did not have firing (the first, and a",
+            "class change). *Resolved* counts the others that resolve something: \"resolved\"",
+            "of the whole group, or an update where one alert of the group resolved while the",
+            "rest still fire. *Groups* counts distinct Alertmanager group keys.",
             "",
             *_e2e_table(e2e),
             "",
