@@ -94,7 +94,7 @@ class Fleet:
         comps = [Component("alert-sink", [
             str(BIN / "sglang-obs"), "alert-sink", "--listen",
             f"127.0.0.1:{self.ports['alert-sink']}", "--log-file", str(w / "alerts.jsonl")],
-            self.url("alert-sink") + "/")]
+            self.url("alert-sink") + "/", self.ports["alert-sink"])]
         am_config = (ROOT / "alertmanager" / "alertmanager.yml").read_text().replace(
             "http://alert-sink:9095", self.url("alert-sink"))
         (w / "alertmanager.yml").write_text(am_config)
@@ -102,13 +102,14 @@ class Fleet:
             _which("prometheus-alertmanager", "alertmanager"),
             f"--config.file={w / 'alertmanager.yml'}", f"--storage.path={w / 'alertmanager-data'}",
             f"--web.listen-address=127.0.0.1:{self.ports['alertmanager']}",
-            "--cluster.listen-address="], self.url("alertmanager") + "/-/ready"))
+            "--cluster.listen-address="], self.url("alertmanager") + "/-/ready",
+            self.ports["alertmanager"]))
         comps.append(self.store_component())
         comps.append(Component("vmalert", [
             _which("vmalert"), *vmalert_args(
                 self.url("victoria-metrics"), self.url("alertmanager"),
                 f"127.0.0.1:{self.ports['vmalert']}", self.evaluation_interval)],
-            self.url("vmalert") + "/health"))
+            self.url("vmalert") + "/health", self.ports["vmalert"]))
         prom = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
         for h in self.hosts:
             h.sim_port, h.feed_port, h.exporter_port, h.agent_port = (
@@ -117,13 +118,13 @@ class Fleet:
                 str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario, "--host",
                 "127.0.0.1", "--port", str(h.sim_port), "--gpu-feed-port", str(h.feed_port),
                 "--no-stdout-log", "--start-at", str(h.start_at)],
-                f"http://{h.instance}/health"))
+                f"http://{h.instance}/health", h.sim_port))
             comps.append(Component(f"exporter-{h.name}", [
                 str(BIN / "sglang-exporter"), "--web.listen-address",
                 f"127.0.0.1:{h.exporter_port}", "--no-collector.docker", "--sglang.url",
                 f"http://{h.instance}", "--collector.nvml.simulator-feed",
                 f"http://127.0.0.1:{h.feed_port}/sim/gpu"],
-                f"http://127.0.0.1:{h.exporter_port}/metrics"))
+                f"http://127.0.0.1:{h.exporter_port}/metrics", h.exporter_port))
             config = w / f"vmagent-{h.name}.yml"
             config.write_text(yaml.safe_dump(shipper.shipper_config(
                 _rewrite(prom, h), h.cluster, h.name, f"127.0.0.1:{h.agent_port}"),
@@ -131,7 +132,7 @@ class Fleet:
             comps.append(Component(f"vmagent-{h.name}", [vmagent, *shipper.vmagent_command(
                 str(config), self.write_url(), str(w / f"vmagent-{h.name}-buffer"),
                 f"127.0.0.1:{h.agent_port}", prom)],
-                f"http://127.0.0.1:{h.agent_port}/health"))
+                f"http://127.0.0.1:{h.agent_port}/health", h.agent_port))
         self.stack = NativeStack(w)
         self.stack.components = comps
 
@@ -147,7 +148,7 @@ class Fleet:
             f"-httpListenAddr=127.0.0.1:{self.ports['victoria-metrics']}",
             "-retentionPeriod=7d", f"-search.latencyOffset={STORE_LATENCY_OFFSET}",
             f"-promscrape.config={scrape}", *shipper.store_flags(prom)],
-            self.url("victoria-metrics") + "/health")
+            self.url("victoria-metrics") + "/health", self.ports["victoria-metrics"])
 
     def start(self, timeout: float = 120.0) -> None:
         assert self.stack is not None, "prepare() first"
