@@ -238,7 +238,9 @@ def test_every_address_in_the_configs_is_a_compose_service_on_its_port():
 
 
 def test_env_example_documents_every_variable_compose_reads():
-    text = "\n".join((ROOT / n).read_text() for n in COMPOSE_FILES)
+    """The single-host files and the fleet's (docker-compose.fleet.yml, .central.yml)."""
+    names = [*COMPOSE_FILES, "docker-compose.fleet.yml", "docker-compose.central.yml"]
+    text = "\n".join((ROOT / n).read_text() for n in names)
     used = set(re.findall(r"\$\{([A-Z_]+)", text))
     documented = set(re.findall(r"^([A-Z_]+)=", (ROOT / ".env.example").read_text(), re.M))
     assert used <= documented, used - documented

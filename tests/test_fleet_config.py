@@ -232,13 +232,6 @@ def test_fleet_services_are_hardened_like_the_others(name):
         assert tag != "latest", (service, spec["image"])
 
 
-def test_every_variable_the_fleet_compose_files_read_is_documented():
-    text = "\n".join((ROOT / n).read_text() for n in FLEET_COMPOSE)
-    used = set(re.findall(r"\$\{([A-Z_]+)", text))
-    documented = set(re.findall(r"^#? ?([A-Z_]+)=", (ROOT / ".env.example").read_text(), re.M))
-    assert used <= documented, used - documented
-
-
 def test_prometheus_as_the_central_store_loads_the_shipped_rules():
     """The remote-write-receiver alternative (docs/fleet.md): promtool checks the config and the
     four rule files it names (prometheus/rules/ as shipped, keep_firing_for included)."""
