@@ -8,7 +8,7 @@ PYTHON ?= python3
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
-	$(PY) -m pytest -n 3 --dist loadfile --durations=25
+	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25
 
 check: $(VENV)/.installed
 	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
