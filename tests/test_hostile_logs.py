@@ -11,6 +11,7 @@ import gzip
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -397,24 +398,31 @@ def test_analyze_log_prints_no_prompt_text(tmp_path):
 
 
 # -- 7. analyze-log within bounded memory and time ---------------------------------------------
+# Linux carries the old memory's high-water mark across exec, so a child's ru_maxrss is at least
+# its parent's RSS when it forked: a pytest worker that ran big tests before would be measured.
+# A small wrapper forks the command and reports the command's own peak.
+MEASURE = ("import os, subprocess, sys\n"
+           "p = subprocess.Popen(sys.argv[2:])\n"
+           "_, status, usage = os.wait4(p.pid, 0)\n"
+           "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+           "code = os.waitstatus_to_exitcode(status)\n"
+           "sys.exit(code if code >= 0 else 128 - code)\n")
+
+
 def run_measured(args, tmp_path, timeout=60.0):
     """Run the CLI; returns (exit code, stdout, stderr, peak RSS in bytes, seconds)."""
-    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    out, err, rss = tmp_path / "stdout", tmp_path / "stderr", tmp_path / "maxrss"
     with open(out, "wb") as o, open(err, "wb") as e:
         started = time.monotonic()
-        proc = subprocess.Popen([EXE, "analyze-log", *args], stdout=o, stderr=e)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - started > timeout:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                pytest.fail(f"analyze-log {args} ran for more than {timeout} s")
-            time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return (proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss * 1024,
+        proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(rss), EXE, "analyze-log",
+                                 *args], stdout=o, stderr=e, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"analyze-log {args} ran for more than {timeout} s")
+    return (proc.returncode, out.read_text(), err.read_text(), int(rss.read_text()) * 1024,
             time.monotonic() - started)
 
 
