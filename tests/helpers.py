@@ -9,6 +9,7 @@ import difflib
 import functools
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -120,3 +121,14 @@ def _rendered(name: str, release: str, start: float, step: float,
     RENDERS.append((name, release, start, step, poll_interval))
     return render(scenarios.load(name), release, start=start, step=step,
                   poll_interval=poll_interval)
+
+
+def poll_within(source, seconds: float = 2.0):
+    """source.poll() in a thread: fails (instead of hanging) if it blocks."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("fed", source.poll()),
+                              daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"poll() blocked for more than {seconds} s"
+    return result["fed"]

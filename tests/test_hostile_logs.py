@@ -29,7 +29,7 @@ from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, parse_line
 
 from fake_docker import FakeContainer, FakeDocker
-from helpers import followed_empty_log
+from helpers import followed_empty_log, poll_within
 
 EXE = str(Path(sys.executable).parent / "sglang-obs")
 MARKER = "PROMPT-MARKER-7f3a9c"
@@ -52,17 +52,6 @@ def prefill(pending, minute=51):
 def write(path, *lines, mode="a"):
     with open(path, mode) as f:
         f.write("".join(line + "\n" for line in lines))
-
-
-def poll_within(follower, seconds=2.0):
-    """poll() in a thread: fails (instead of hanging) if it blocks."""
-    result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("fed", follower.poll()),
-                              daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"poll() blocked for more than {seconds} s"
-    return result["fed"]
 
 
 def state_logs(caplog):

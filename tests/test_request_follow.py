@@ -9,7 +9,6 @@ Every loop is a bounded number of polls, so each test ends by itself.
 import json
 import logging
 import os
-import threading
 
 import pytest
 
@@ -17,6 +16,8 @@ from sglang_obs.exporter import request_follow
 from sglang_obs.exporter.log_follow import MAX_BYTES_PER_POLL
 from sglang_obs.exporter.request_follow import RequestRecordDir
 from sglang_obs.exporter.request_records import MAX_RECORD_BYTES, RequestStats
+
+from helpers import poll_within
 
 MARKER = "PROMPT-MARKER-7f3a9c"
 T0 = 1764410400.0
@@ -38,17 +39,6 @@ def hour(n):
 def append(path, *lines):
     with open(path, "a") as f:
         f.write("".join(line + "\n" for line in lines))
-
-
-def poll_within(source, seconds=2.0):
-    """poll() in a thread: fails (instead of hanging) if it blocks."""
-    result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("fed", source.poll()),
-                              daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"poll() blocked for more than {seconds} s"
-    return result["fed"]
 
 
 class Clock:
