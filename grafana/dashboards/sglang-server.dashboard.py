@@ -19,6 +19,7 @@ CONFIG_GAUGES = (
     ("sglang_obs_config_max_prefill_tokens", "max_prefill_tokens"),
     ("sglang_obs_config_context_length_tokens", "context_length"),
     ("sglang_obs_config_mixed_chunk_enabled", "mixed_chunk_enabled"),
+    ("sglang_obs_config_num_continuous_decode_steps", "num_continuous_decode_steps"),
 )
 LIMITS = (
     ("sglang_obs_max_running_requests", "max_running_requests"),
