@@ -487,16 +487,21 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
     def in_state(state: str) -> str:
         held = (f" It fires once the state has held {sustain[state]} (a window over the state, "
                 f"then `for:`), or {for_(state)} when the server was in another saturation state "
-                f"within the last {t['incident_window']} (a class change within an incident)"
+                f"within the last {t['incident_window']} (a class change within an incident); "
+                f"once firing, it lasts while the state does: a gap in the state shorter than "
+                f"{keep} does not end it"
                 if _seconds(sustain[state]) > STEP_SECONDS else "")
         return f"the server is in state `{state}`: {meaning[state]}.{held}".rstrip(".")
 
-    def state_expr(signal: str, state: str) -> str:
+    def state_expr(signal: str, state: str, alert: str) -> str:
         # The signal as the value, so the description can quote it. A sustain longer than one
         # evaluation is a window here (for: is one evaluation), and it is waived when the server
         # was in another saturation state within the incident window: the long sustain guards
         # against a quiet server's flicker, and this server is no quiet one. The class change
-        # is then an update of the incident, not a new one.
+        # is then an update of the incident, not a new one. The window is waived too while the
+        # alert fires (hysteresis): otherwise one evaluation outside the state, which
+        # keep_firing_for absorbs, empties the window for longer than keep_firing_for, and the
+        # alert resolves in the middle of the incident and pages again.
         code = STATES.index(state)
         expr = f"{signal} and on (cluster, instance) (instance:sglang_state:code == {code})"
         held = _seconds(sustain[state]) - STEP_SECONDS
@@ -505,65 +510,58 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
         return (f"{expr}\nand on (cluster, instance) (\n"
                 f"    min_over_time((instance:sglang_state:code == bool {code})[{held}s:]) == 1\n"
                 f"  or max_over_time((instance:sglang_saturated:bool unless on (cluster, instance) "
-                f"instance:sglang_state:code == {code})[{t['incident_window']}:]) == 1)")
+                f"instance:sglang_state:code == {code})[{t['incident_window']}:]) == 1\n"
+                f'  or ALERTS{{alertname="{alert}", alertstate="firing"}})')
 
     def for_(state: str) -> str:
         return sustain[state] if _seconds(sustain[state]) <= STEP_SECONDS else f"{STEP_SECONDS}s"
 
+    def state_alert(name: str, signal: str, state: str, comment: str, *, summary: str,
+                    description: str, also: str = "") -> Alert:
+        return Alert(name, state_expr(signal, state, name), comment, severity="warning",
+                     for_=for_(state), summary=summary, keep_firing_for=keep,
+                     description=description, fires_when=in_state(state) + also)
+
     return (
-        Alert(
-            "SGLangPrefillBacklog",
-            state_expr("instance:sglang_prefill_backlog_tokens:max", "prefill_backlog"),
+        state_alert(
+            "SGLangPrefillBacklog", "instance:sglang_prefill_backlog_tokens:max",
+            "prefill_backlog",
             "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains "
             "them. No quiet scenario ever enters the state, so one more evaluation suffices.",
-            severity="warning", for_=for_("prefill_backlog"),
             summary="SGLang prefill backlog is building up.",
-            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state prefill_backlog: "
                         "{{ $value | humanize }} prompt tokens wait to be prefilled"
-                        + WAITING + TTFT_P95 + ".",
-            fires_when=in_state("prefill_backlog")),
-        Alert(
-            "SGLangDecodeContention",
-            state_expr("instance:sglang_decode_speed_per_request:max", "decode_contention"),
+                        + WAITING + TTFT_P95 + "."),
+        state_alert(
+            "SGLangDecodeContention", "instance:sglang_decode_speed_per_request:max",
+            "decode_contention",
             "State decode_contention: too many long requests decode at once; each one is slow. "
             "A healthy server's batch swings into the state for up to half a minute, hence "
             "the longer sustain.",
-            severity="warning", for_=for_("decode_contention"),
             summary="SGLang requests are slowed by decode contention.",
-            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state decode_contention: each request "
                         "decodes at {{ $value | humanize }} tokens/s, well below its usual speed"
-                        + ITL_P95 + WAITING + ".",
-            fires_when=in_state("decode_contention")),
-        Alert(
-            "SGLangKVCachePressure",
-            state_expr("instance:sglang_kv_occupancy:ratio", "kv_capacity"),
+                        + ITL_P95 + WAITING + "."),
+        state_alert(
+            "SGLangKVCachePressure", "instance:sglang_kv_occupancy:ratio", "kv_capacity",
             "State kv_capacity: the KV pool is full; requests are retracted (SGLang's "
             "preemption throws away their decode work) or wait for memory. Retractions are part "
             "of the state, so they need no alert of their own.",
-            severity="warning", for_=for_("kv_capacity"),
             summary="SGLang KV cache pool is out of room.",
-            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state kv_capacity: " + retracted
                         + "the KV pool is {{ $value | humanizePercentage }} used"
-                        + WAITING + TTFT_P95 + ".",
-            fires_when=in_state("kv_capacity")),
-        Alert(
-            "SGLangSchedulingBottleneck",
-            state_expr("instance:sglang_queue_nonempty_duration_seconds:max",
-                       "scheduling_bottleneck"),
+                        + WAITING + TTFT_P95 + "."),
+        state_alert(
+            "SGLangSchedulingBottleneck", "instance:sglang_queue_nonempty_duration_seconds:max",
+            "scheduling_bottleneck",
             "State scheduling_bottleneck: requests wait for a running slot while memory is free. "
             "The state's condition is itself a duration (the queue has been non-empty that "
             "long), so a short sustain suffices.",
-            severity="warning", for_=for_("scheduling_bottleneck"),
             summary="SGLang requests queue while capacity is free.",
-            keep_firing_for=keep,
             description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
                         "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
                         "from full" + TTFT_P95 + ".",
-            fires_when=in_state("scheduling_bottleneck")
-            + ", with no prefill backlog and no decode contention (those come first)"),
+            also=", with no prefill backlog and no decode contention (those come first)"),
         Alert(
             "SGLangLongQueueing",
             "instance:sglang_queue_nonempty_duration_seconds:max >= "
