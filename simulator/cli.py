@@ -331,7 +331,7 @@ def _render(args, sc) -> int:
 def _what_if(args) -> int:
     from sglang_obs.prometheus_api import Prometheus, PrometheusError  # noqa: PLC0415
     from sglang_obs.simulator import what_if  # noqa: PLC0415
-    from sglang_obs.tools.snapshot import iso, parse_time  # noqa: PLC0415
+    from sglang_obs.times import iso, parse_time  # noqa: PLC0415
 
     proposed = what_if.parse_assignments("--set", args.proposed)
     if not proposed:

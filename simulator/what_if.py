@@ -51,6 +51,7 @@ from sglang_obs.cli_support import Failure, UsageError
 from sglang_obs.simulator import compare
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
+from sglang_obs.times import iso
 
 SEGMENT_SECONDS = 300.0  # length distributions are estimated per segment of the window
 BIN_SECONDS = 60.0  # arrivals are counted per minute
@@ -623,8 +624,6 @@ def describe_args(est: Estimate, rep: Replay, given: dict[str, Any],
 
 def markdown(est: Estimate, rep: Replay, given: dict[str, Any], proposed: dict[str, Any]
              ) -> str:
-    from sglang_obs.tools.snapshot import iso  # noqa: PLC0415  (a formatting helper only)
-
     n = len(rep.seeds)
     lines = [
         "# What-if: model prediction", "",

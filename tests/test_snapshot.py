@@ -9,7 +9,8 @@ import pytest
 
 from sglang_obs.prometheus_api import MAX_POINTS, Prometheus
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.tools.snapshot import CSV_HEADER, parse_time
+from sglang_obs.times import parse_time
+from sglang_obs.tools.snapshot import CSV_HEADER
 
 from conftest import ROOT
 from helpers import assert_matches_golden

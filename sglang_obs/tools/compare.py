@@ -31,7 +31,7 @@ from sglang_obs import config_dir
 from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
-from sglang_obs.tools.snapshot import iso, parse_time
+from sglang_obs.times import iso, parse_time
 
 SCHEMA_VERSION = 1
 MINUTE = 60.0
@@ -538,7 +538,7 @@ class Window:
 
 
 def parse_window(flag: str, pair: Sequence[str], now: float | None = None) -> Window:
-    start, end = (parse_time(t, now, flag) for t in pair)
+    start, end = (parse_time(t, now, flag, CompareUsageError) for t in pair)
     if end <= start:
         raise CompareUsageError(f"{flag}: empty window: {iso(start)} is not before {iso(end)}")
     if end - start < MIN_MINUTES * MINUTE:

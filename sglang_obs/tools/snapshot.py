@@ -21,13 +21,13 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sglang_obs.charts import pyplot
 from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
+from sglang_obs.times import iso, parse_time
 from sglang_obs.tools import alert_delivery as delivery
 
 SCHEMA_VERSION = 1
@@ -66,36 +66,6 @@ class SnapshotError(Failure):
 
 class SnapshotUsageError(SnapshotError, UsageError):
     """The window given cannot be read or is empty (exit 2)."""
-
-
-# -- time ----------------------------------------------------------------------------------
-_AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s+ago\s*$")
-
-
-def parse_time(text: str, now: float | None = None, flag: str = "") -> float:
-    """'now', '30m ago', a Unix timestamp, or an ISO time (UTC unless it says otherwise).
-    `flag` names the argument in the error."""
-    now = time.time() if now is None else now
-    if text.strip() == "now":
-        return now
-    m = _AGO.match(text)
-    if m:
-        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SnapshotUsageError(f"{flag + ': ' if flag else ''}cannot read time {text!r}: "
-                                 "use now, '30m ago', a Unix timestamp or "
-                                 "2026-11-29T10:00:00Z") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- the pack -------------------------------------------------------------------------------
@@ -476,7 +446,8 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
     """Write the pack into `out` (a new or empty folder) and return its summary. On failure
     `out` is left as it was found (removed when this call created it)."""
     now = time.time()
-    window = Window(parse_time(start, now, "--from"), parse_time(end, now, "--to"), step)
+    window = Window(parse_time(start, now, "--from", SnapshotUsageError),
+                    parse_time(end, now, "--to", SnapshotUsageError), step)
     if window.end <= window.start:
         raise SnapshotUsageError(f"empty window: --from {iso(window.start)} is not before --to "
                                  f"{iso(window.end)}")
