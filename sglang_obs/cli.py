@@ -14,6 +14,7 @@
                         [--request-metrics-dir DIR]
     sglang-obs compare --prometheus URL --before T T --after T T [--instance I]
                        [--after-instance J] [--paired] [--out DIR]
+                       (--before-pack DIR / --after-pack DIR: a side from a snapshot pack)
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
 failed (sglang_obs.cli_support).
@@ -205,13 +206,16 @@ def build_parser() -> OneLineParser:
         "load, outcome with 95 %% intervals, a verdict when the loads are comparable")
     comp.add_argument("--prometheus", type=http_url, default="http://127.0.0.1:9090",
                       metavar="URL", help="Prometheus URL (default http://127.0.0.1:9090)")
-    comp.add_argument("--before", nargs=2, required=True, metavar=("START", "END"),
-                      help="the window before the change: two times ('2h ago', a Unix time or "
-                      "an ISO time, UTC default)")
-    comp.add_argument("--after", nargs=2, required=True, metavar=("START", "END"),
-                      help="the window after the change")
-    comp.add_argument("--instance", help="the server (host:port); needed when a window has "
-                      "several")
+    for side, text in (("before", "the window before the change: two times ('2h ago', a "
+                                  "Unix time or an ISO time, UTC default)"),
+                       ("after", "the window after the change")):
+        either = comp.add_mutually_exclusive_group(required=True)
+        either.add_argument(f"--{side}", nargs=2, metavar=("START", "END"), help=text)
+        either.add_argument(f"--{side}-pack", metavar="DIR",
+                            help=f"instead: the {side} window of a `sglang-obs snapshot` pack "
+                            "(its windows.json)")
+    comp.add_argument("--instance", help="the server (host:port); needed when a window or pack "
+                      "has several")
     comp.add_argument("--after-instance", metavar="INSTANCE",
                       help="another server for the after window (default: --instance)")
     comp.add_argument("--paired", action="store_true",
@@ -275,7 +279,8 @@ def _run(args: argparse.Namespace) -> int:
 
         doc, text = compare_module.run(
             args.prometheus, args.before, args.after, args.instance, args.after_instance,
-            Path(args.out) if args.out else None, args.resamples, args.seed, args.paired)
+            Path(args.out) if args.out else None, args.resamples, args.seed, args.paired,
+            *(Path(p) if p else None for p in (args.before_pack, args.after_pack)))
         if args.out:
             verdict = "comparable" if doc["verdict"]["comparable"] else "not comparable"
             print(f"{verdict}; wrote {args.out}/report.md, compare.json, compare.png")

@@ -4,6 +4,7 @@
     sglang-sim render --scenario long-context-incident --out /tmp/series
     sglang-sim list
     sglang-sim what-if --prometheus URL --start T --end T --set max_running_requests=10
+    sglang-sim what-if --pack DIR --set max_running_requests=10   (a sglang-obs snapshot pack)
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
 failed (sglang_obs.cli_support).
@@ -132,13 +133,16 @@ def build_parser() -> OneLineParser:
     what = sub.add_parser(
         "what-if", help="replay a window's estimated load under the current and proposed "
         "server arguments (a model prediction)")
-    what.add_argument("--prometheus", type=http_url, required=True, metavar="URL",
+    what.add_argument("--prometheus", type=http_url, metavar="URL",
                       help="the Prometheus that holds the window (recording rules not needed)")
-    what.add_argument("--start", required=True, metavar="TIME",
+    what.add_argument("--start", metavar="TIME",
                       help="window start: now, '30m ago', a Unix timestamp or an ISO time")
-    what.add_argument("--end", required=True, metavar="TIME", help="window end (same forms)")
+    what.add_argument("--end", metavar="TIME", help="window end (same forms)")
+    what.add_argument("--pack", metavar="DIR",
+                      help="instead of --prometheus/--start/--end: the window of a "
+                      "`sglang-obs snapshot` pack (its load.json)")
     what.add_argument("--instance", metavar="HOST:PORT",
-                      help="the SGLang server (needed when the window holds several)")
+                      help="the SGLang server (needed when the window or pack holds several)")
     what.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                       dest="proposed", help="a proposed server argument (repeat), e.g. "
                       "max_running_requests=10 schedule_policy=lpm")
@@ -150,8 +154,8 @@ def build_parser() -> OneLineParser:
                       "e.g. decode_s_per_kv_token=6e-8")
     what.add_argument("--seeds", type=positive(int, 1, inclusive=True), default=5,
                       help="draws of the estimated load (default 5): each figure's spread")
-    what.add_argument("--step", type=_duration, default=15.0,
-                      help="query step (default 15s: the scrape interval)")
+    what.add_argument("--step", type=_duration,
+                      help="query step (default 15s: the scrape interval; a pack has its own)")
     what.add_argument("--json", type=Path, metavar="FILE",
                       help="also write the prediction as JSON")
     return parser
@@ -331,8 +335,19 @@ def _render(args, sc) -> int:
 def _what_if(args) -> int:
     from sglang_obs.prometheus_api import Prometheus, PrometheusError  # noqa: PLC0415
     from sglang_obs.simulator import what_if  # noqa: PLC0415
-    from sglang_obs.tools.snapshot import iso, parse_time  # noqa: PLC0415
+    from sglang_obs.times import iso, parse_time  # noqa: PLC0415
 
+    window = {"--prometheus": args.prometheus, "--start": args.start, "--end": args.end,
+              "--step": args.step}
+    if args.pack is not None:
+        given = [flag for flag, value in window.items() if value is not None]
+        if given:
+            raise UsageError(f"--pack: not allowed with {', '.join(given)} (the pack holds "
+                             "its window)")
+    elif None in (args.prometheus, args.start, args.end):
+        missing = [flag for flag, value in window.items() if value is None and flag != "--step"]
+        raise UsageError(f"the following arguments are required: {', '.join(missing)} (or "
+                         "--pack DIR)")
     proposed = what_if.parse_assignments("--set", args.proposed)
     if not proposed:
         raise UsageError("--set: give at least one proposed argument, e.g. --set "
@@ -345,17 +360,22 @@ def _what_if(args) -> int:
     if any(v <= 0 for k, v in perf.items() if k != "prefill_batches_before_decode") or \
             perf.get("prefill_batches_before_decode", 1) < 1:
         raise UsageError("--perf: timings must be positive")
-    now = time.time()
-    start, end = parse_time(args.start, now, "--start"), parse_time(args.end, now, "--end")
-    if end <= start:
-        raise UsageError(f"empty window: --start {iso(start)} is not before --end {iso(end)}")
+    if args.pack is None:
+        now = time.time()
+        start, end = parse_time(args.start, now, "--start"), parse_time(args.end, now, "--end")
+        if end <= start:
+            raise UsageError(f"empty window: --start {iso(start)} is not before --end "
+                             f"{iso(end)}")
     json_path = output_file("--json", args.json) if args.json else None
-    try:
-        source = what_if.PrometheusSource(Prometheus(args.prometheus), start, end,
-                                          args.instance, args.step)
-        est = what_if.estimate(source)
-    except PrometheusError as err:
-        raise Failure(f"--prometheus: {err}") from None
+    if args.pack is not None:
+        est = what_if.estimate(what_if.PackSource(args.pack, args.instance))
+    else:
+        try:
+            source = what_if.PrometheusSource(Prometheus(args.prometheus), start, end,
+                                              args.instance, args.step or 15.0)
+            est = what_if.estimate(source)
+        except PrometheusError as err:
+            raise Failure(f"--prometheus: {err}") from None
     rep = what_if.replay(est, current, proposed, perf, args.seeds)
     sys.stdout.write(what_if.markdown(est, rep, current, proposed))
     if json_path:

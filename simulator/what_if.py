@@ -8,9 +8,10 @@ seed 000's authors insist that a gain is verified under the same load; this only
 way the model expects each figure to move, and by how much.
 
 Two halves, kept apart:
-- estimate(source) reads the window (a Source: Prometheus, or a rendered scenario) into an
-  Estimate: arrivals per minute, prompt/output/uncached length distributions, the cache hit
-  ratio, the warm radix cache at the start, and the server arguments the series show.
+- estimate(source) reads the window (a Source: Prometheus, a snapshot pack's load.json, or a
+  rendered scenario) into an Estimate: arrivals per minute, prompt/output/uncached length
+  distributions, the cache hit ratio, the warm radix cache at the start, and the server
+  arguments the series show.
 - replay(estimate, current, proposed) draws requests from the Estimate (one draw per seed),
   runs both configurations on the same draw through compare.summarize, and returns per-seed
   figures and paired deltas.
@@ -47,10 +48,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sglang_obs import pack
 from sglang_obs.cli_support import Failure, UsageError
 from sglang_obs.simulator import compare
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
+from sglang_obs.times import iso
 
 SEGMENT_SECONDS = 300.0  # length distributions are estimated per segment of the window
 BIN_SECONDS = 60.0  # arrivals are counted per minute
@@ -143,19 +146,42 @@ class PrometheusSource:
         self.instance = instance
 
     def series(self, name, agg="sum", by=None):
-        expr = f'{agg} by ({by or ""}) ({name}{{instance="{self.instance}"}})'
-        out = {}
-        for key, points in self.prom.query_range(expr, self.start, self.end, self.step).items():
-            out[dict(key).get(by, "") if by else ""] = sorted(points.items())
-        return out
+        return pack.query_series(self.prom, name, agg, by, self.instance, self.start, self.end,
+                                 self.step)
 
     def info(self, name):
-        series = self.prom.query_range(f'{name}{{instance="{self.instance}"}}', self.start,
-                                       self.end, max(self.step, 60))
-        if not series:
-            return None
-        key = max(series, key=lambda k: max(series[k]))
-        return {k: v for k, v in key if k != "__name__"}
+        return pack.query_info(self.prom, name, self.instance, self.start, self.end, self.step)
+
+
+class PackSource:
+    """A `sglang-obs snapshot` pack's load.json (sglang_obs.pack): the series PrometheusSource
+    would read over the pack's window, one instance."""
+
+    def __init__(self, path, instance: str | None = None, flag: str = "--pack"):
+        doc = pack.read(flag, path, pack.LOAD)
+        self.instance = pack.server(flag, path, sorted(doc["servers"]), instance,
+                                    "--instance")
+        self.where = f"snapshot pack {path}"
+        window = doc["window"]
+        self.start, self.end, self.step = window["start"], window["end"], window["step_seconds"]
+        held = doc["servers"][self.instance]
+        self._series = {(s["name"], s["agg"], s["by"]): s["values"] for s in held["series"]}
+        self._info = held["info"]
+
+    def _missing(self, what: str) -> EstimateError:
+        return EstimateError(f"{self.where}: {pack.LOAD} has no {what}: the pack was taken by "
+                             "another release; take it again with this one")
+
+    def series(self, name, agg="sum", by=None):
+        if (name, agg, by) not in self._series:
+            raise self._missing(f"{agg} by ({by or ''}) of {name}")
+        return {key: [(t, v) for t, v in points]
+                for key, points in self._series[(name, agg, by)].items()}
+
+    def info(self, name):
+        if name not in self._info:
+            raise self._missing(f"info metric {name}")
+        return self._info[name]
 
 
 # -- the estimate ----------------------------------------------------------------------------
@@ -284,6 +310,8 @@ def _lengths(source: Source, name: str, counter: str, requests: list) -> Lengths
     """Per-segment distributions from histogram `name`; without it, the counter's mean +-20 %."""
     overall = _histogram(source, name, -math.inf, math.inf)
     if overall is None:
+        if not counter:
+            return None
         tokens = _increase(_one(source, counter))
         n = _increase(requests)
         if n <= 0 or tokens <= 0:
@@ -623,8 +651,6 @@ def describe_args(est: Estimate, rep: Replay, given: dict[str, Any],
 
 def markdown(est: Estimate, rep: Replay, given: dict[str, Any], proposed: dict[str, Any]
              ) -> str:
-    from sglang_obs.tools.snapshot import iso  # noqa: PLC0415  (a formatting helper only)
-
     n = len(rep.seeds)
     lines = [
         "# What-if: model prediction", "",

@@ -19,6 +19,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from sglang_obs import charts  # noqa: E402
 from sglang_obs.generate import render_dashboard as rd  # noqa: E402
 from sglang_obs.states import STATE_COLOURS, STATES  # noqa: E402
+from sglang_obs.times import iso  # noqa: E402
 from sglang_obs.tools import snapshot  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
@@ -84,15 +85,15 @@ def snapshot_figure():
     alerts = [
         {"alertname": "SGLangPrefillBacklog", "severity": "warning",
          "labels": {"instance": server},
-         "episodes": [{"from": snapshot.iso(T0 + 200), "to": snapshot.iso(T0 + 500),
+         "episodes": [{"from": iso(T0 + 200), "to": iso(T0 + 500),
                        "seconds": 300, "verdict": "notified"}]},
         {"alertname": "SGLangLongQueueing", "severity": "warning",
          "labels": {"instance": server},
-         "episodes": [{"from": snapshot.iso(T0 + 600), "to": snapshot.iso(T0 + 615),
+         "episodes": [{"from": iso(T0 + 600), "to": iso(T0 + 615),
                        "seconds": 15, "verdict": "flickered"}]},
         {"alertname": "SGLangServerDown", "severity": "critical",
          "labels": {"instance": "another:1"},
-         "episodes": [{"from": snapshot.iso(T0), "to": snapshot.iso(END), "seconds": 1200,
+         "episodes": [{"from": iso(T0), "to": iso(END), "seconds": 1200,
                        "verdict": "notified"}]},
     ]
     fig = snapshot.figure(data, server, snapshot.Window(T0, END, 15), alerts)

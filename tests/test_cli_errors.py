@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from sglang_obs import pack
 from sglang_obs.cli import build_parser as obs_parser
 from sglang_obs.exporter.cli import build_parser as exporter_parser
 from sglang_obs.simulator.cli import build_parser as sim_parser
+from sglang_obs.tools.compare import WindowData
 
 from conftest import ROOT
 from helpers import free_port
@@ -36,7 +38,9 @@ SET = ["--set", "max_running_requests=10"]
 # (program, subcommand, arguments, exit status, what the line must name). Placeholders:
 # {file} an existing file, {dir} an existing empty directory, {full} a non-empty one, {missing}
 # a path that does not exist, {busy} a port something listens on, {dead} a URL nothing answers
-# on, {gz} a truncated gzip file, {log} a real scheduler log, {tmp} a fresh directory's path.
+# on, {gz} a truncated gzip file, {log} a real scheduler log, {tmp} a fresh directory's path,
+# {pack} a snapshot pack of server sglang:30000 (its windows.json and load.json hold no data),
+# {oldpack} a pack an older release took (summary.json only).
 # /proc/nope/...: a path that cannot be created, even by root.
 TABLE = [
     # sglang-obs, before any subcommand
@@ -191,6 +195,28 @@ TABLE = [
     ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before", "2h ago",
                                "1h ago", "--after", "1h ago", "now", "--out", "{full}"], FAILURE,
      ["--out", "{full}"]),
+    # compare from snapshot packs
+    ("sglang-obs", "compare", ["compare", "--before", "2h ago", "1h ago", "--before-pack",
+                               "{pack}", "--after-pack", "{pack}"], USAGE,
+     ["--before-pack", "--before"]),
+    ("sglang-obs", "compare", ["compare", "--before-pack", "{pack}"], USAGE,
+     ["--after", "--after-pack"]),
+    ("sglang-obs", "compare", ["compare", "--before-pack", "{missing}", "--after-pack",
+                               "{pack}"], FAILURE, ["--before-pack", "{missing}",
+                                                    "no such directory"]),
+    ("sglang-obs", "compare", ["compare", "--before-pack", "{pack}", "--after-pack", "{file}"],
+     FAILURE, ["--after-pack", "{file}", "is a file"]),
+    ("sglang-obs", "compare", ["compare", "--before-pack", "{full}", "--after-pack", "{pack}"],
+     FAILURE, ["--before-pack", "{full}", "not a snapshot pack"]),
+    ("sglang-obs", "compare", ["compare", "--before-pack", "{oldpack}", "--after-pack",
+                               "{pack}"], FAILURE,
+     ["--before-pack", "{oldpack}", "windows.json", "take it again with this release"]),
+    ("sglang-obs", "compare", ["compare", "--before-pack", "{pack}", "--after-pack", "{pack}",
+                               "--instance", "nope:1"], FAILURE,
+     ["--instance", "unknown instance nope:1", "sglang:30000"]),
+    ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before-pack", "{pack}",
+                               "--after", "2h ago", "1h ago"], FAILURE,
+     ["--prometheus", "{dead}"]),
     # sglang-sim
     ("sglang-sim", None, ["no-such-command"], USAGE, ["no-such-command"]),
     ("sglang-sim", "serve", ["serve", "--port", "http"], USAGE, ["--port", "http"]),
@@ -228,6 +254,19 @@ TABLE = [
     ("sglang-sim", "what-if", ["what-if", *SET, *WINDOW], FAILURE, ["--prometheus", "{dead}"]),
     ("sglang-sim", "what-if", ["what-if", "--json", "{dir}", *SET, *WINDOW], FAILURE,
      ["--json", "{dir}"]),
+    ("sglang-sim", "what-if", ["what-if", "--pack", "{pack}", *SET, *WINDOW], USAGE,
+     ["--pack", "--prometheus", "--start", "--end"]),
+    ("sglang-sim", "what-if", ["what-if", *SET], USAGE, ["--prometheus", "--pack"]),
+    ("sglang-sim", "what-if", ["what-if", "--pack", "{missing}", *SET], FAILURE,
+     ["--pack", "{missing}", "no such directory"]),
+    ("sglang-sim", "what-if", ["what-if", "--pack", "{full}", *SET], FAILURE,
+     ["--pack", "{full}", "not a snapshot pack"]),
+    ("sglang-sim", "what-if", ["what-if", "--pack", "{oldpack}", *SET], FAILURE,
+     ["--pack", "{oldpack}", "load.json", "take it again with this release"]),
+    ("sglang-sim", "what-if", ["what-if", "--pack", "{pack}", "--instance", "nope:1", *SET],
+     FAILURE, ["--instance", "unknown instance nope:1", "sglang:30000"]),
+    ("sglang-sim", "what-if", ["what-if", "--pack", "{pack}", *SET], FAILURE,
+     ["snapshot pack {pack}", "no requests in the window"]),
     # sglang-exporter (an SGLang that does not answer is not an error: it is reported as down)
     ("sglang-exporter", None, [], USAGE, ["--sglang.url"]),
     ("sglang-exporter", None, ["--no-such-flag"], USAGE, ["--no-such-flag"]),
@@ -259,13 +298,27 @@ def places(tmp_path_factory):
     (base / "full" / "report.md").write_text("an earlier pack\n")
     data = gzip.compress(LOG.read_bytes())
     (base / "cut.log.gz").write_bytes(data[: len(data) // 2])
+    for name in ("pack", "oldpack"):  # summary.json's content is not read
+        (base / name).mkdir()
+        (base / name / pack.SUMMARY).write_text("{}\n")
+    server = "sglang:30000"
+    window = {"start": 0.0, "end": 600.0}
+    pack.write(base / "pack", pack.WINDOWS, {
+        "schema_version": pack.SCHEMA_VERSION, "window": window,
+        "servers": {server: WindowData(server, 0.0, 600.0, units={}).to_dict()}})
+    pack.write(base / "pack", pack.LOAD, {
+        "schema_version": pack.SCHEMA_VERSION, "window": {**window, "step_seconds": 15.0},
+        "servers": {server: {"series": [{"name": n, "agg": a, "by": b, "values": {}}
+                                        for n, a, b in pack.LOAD_SERIES],
+                             "info": dict.fromkeys(pack.LOAD_INFO)}}})
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
     yield {"file": str(base / "file"), "dir": str(base / "dir"), "full": str(base / "full"),
            "missing": str(base / "missing"), "busy": str(busy.getsockname()[1]),
            "dead": f"http://127.0.0.1:{free_port()}", "gz": str(base / "cut.log.gz"),
-           "log": str(LOG), "base": base}
+           "log": str(LOG), "base": base, "pack": str(base / "pack"),
+           "oldpack": str(base / "oldpack")}
     busy.close()
 
 

@@ -169,6 +169,20 @@ def test_paired_needs_windows_of_the_same_length():
         c.compare(window(20), window(25), LIMITS, 100, 0, paired=True)
 
 
+def test_window_data_survives_its_json_form_in_a_pack():
+    w = noisy(window(), 4)
+    w.units["queued_share"][3] = None  # a minute without data
+    w.config = {"tp_size": c.timeline({60.0: "4"})}
+    w.alerts = [{"alertname": "A", "severity": "warning", "episodes": 1, "seconds": 30.0,
+                 "first_firing": "1970-01-01T00:01:00Z"}]
+    text = json.dumps(w.to_dict(), allow_nan=False)  # +Inf bounds are written as "+Inf"
+    assert '"+Inf"' in text
+    back = c.WindowData.from_dict(json.loads(text))
+    assert back == w
+    assert back.bounds["ttft"][-1] == float("inf")
+    assert isinstance(back.units["request_rate"][0], tuple)
+
+
 def test_windows_must_have_an_end_after_the_start_and_two_minutes():
     with pytest.raises(c.CompareUsageError, match="--before: empty window"):
         c.parse_window("--before", ["2000", "1000"])
@@ -293,6 +307,52 @@ def test_clear_errors_for_unknown_servers_empty_windows_and_unequal_pairs(served
         assert result.returncode == code, (extra, result.stderr)
         assert message in result.stderr, result.stderr
         assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def _snapshot(url, pair, out):
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", pair[0], "--to",
+                             pair[1], "--out", str(out)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def _without_sources(doc):
+    sources = {side: w.pop("source") for side, w in doc["windows"].items()}
+    return doc, sources
+
+
+@pytest.mark.slow
+def test_two_snapshot_packs_compare_as_their_windows_in_prometheus(served, tmp_path):
+    url, w = served
+    incident, tuned = w["long-context-incident"], w["long-context-incident-tuned"]
+    before = _snapshot(url, incident, tmp_path / "incident")
+    after = _snapshot(url, tuned, tmp_path / "tuned")
+    runs = {"prometheus": ["--before", *incident, "--after", *tuned],
+            "packs": ["--before-pack", str(before), "--after-pack", str(after)],
+            "mixed": ["--before-pack", str(before), "--after", *tuned]}
+    docs, reports = {}, {}
+    for name, args in runs.items():
+        out = tmp_path / f"out-{name}"
+        result = subprocess.run([EXE, "compare", "--prometheus", url, *args, "--out", str(out)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, (name, result.stderr)
+        docs[name] = _without_sources(json.loads((out / "compare.json").read_text()))
+        reports[name] = (out / "report.md").read_text()
+    assert docs["prometheus"][1] == {"before": "Prometheus", "after": "Prometheus"}
+    assert docs["packs"][1] == {"before": f"snapshot pack {before}",
+                                "after": f"snapshot pack {after}"}
+    assert docs["mixed"][1] == {"before": f"snapshot pack {before}", "after": "Prometheus"}
+    assert docs["prometheus"][0]["verdict"]["comparable"] is True
+    assert docs["packs"][0] == docs["prometheus"][0]
+    assert docs["mixed"][0] == docs["prometheus"][0]
+    assert reports["packs"] == reports["mixed"] == reports["prometheus"]
+    # --instance picks the server within a pack as within Prometheus
+    result = subprocess.run([EXE, "compare", *runs["packs"], "--after-instance", "nope:1"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (f"sglang-obs compare: --after-instance: unknown instance nope:1; "
+                             f"servers in the pack --after-pack {after}: sglang:30000\n")
 
 
 _STATE_ROW = re.compile(r"^\| (\w+) \| \d+% \(([\d.]+) min\) \| \d+% \(([\d.]+) min\) \|$", re.M)

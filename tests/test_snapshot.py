@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from sglang_obs import pack
 from sglang_obs.prometheus_api import MAX_POINTS, Prometheus
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.tools.snapshot import CSV_HEADER, parse_time
+from sglang_obs.times import parse_time
+from sglang_obs.tools import compare
+from sglang_obs.tools.snapshot import CSV_HEADER
 
 from conftest import ROOT
 from helpers import assert_matches_golden
@@ -83,6 +86,44 @@ def test_csv_header_and_json_schema_match_the_golden_files(incident, request):
     assert len(rows) >= 70
     states = {r.split(",")[3] for r in rows}
     assert {"prefill_backlog", "decode_contention", "healthy"} <= states
+
+
+def test_the_pack_keeps_what_compare_and_what_if_read(incident):
+    b, url, out, _ = incident
+    assert sorted(p.name for p in out.iterdir()) == [
+        "load.json", "report.md", "series.csv", "sglang_30000.png", "summary.json",
+        "windows.json"]
+    summary = json.loads((out / "summary.json").read_text())
+    windows = json.loads((out / pack.WINDOWS).read_text())
+    load = json.loads((out / pack.LOAD).read_text())
+    assert windows["schema_version"] == load["schema_version"] == pack.SCHEMA_VERSION
+    assert list(windows["servers"]) == list(load["servers"]) == list(summary["servers"]) \
+        == ["sglang:30000"]
+    assert load["window"] == {"start": b.start, "end": b.end, "step_seconds": 15.0}
+    fetched = compare.fetch_window(Prometheus(url), compare.Window("--before", b.start, b.end),
+                                   "sglang:30000")
+    assert compare.WindowData.from_dict(windows["servers"]["sglang:30000"]) == fetched
+    held = load["servers"]["sglang:30000"]
+    assert [(s["name"], s["agg"], s["by"]) for s in held["series"]] == list(pack.LOAD_SERIES)
+    buckets = next(s for s in held["series"]
+                   if s["name"] == "sglang:prompt_tokens_histogram_bucket")
+    assert "+Inf" in buckets["values"]
+    assert held["info"]["sglang_obs_server_config_info"]["schedule_policy"] == "fcfs"
+
+
+def test_a_pack_too_short_for_compare_says_so(incident, tmp_path):
+    b, url, _, _ = incident
+    short = tmp_path / "short"
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.start + 90), "--out", str(short)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((short / pack.WINDOWS).read_text())["servers"] == {}
+    result = subprocess.run([EXE, "compare", "--before-pack", str(short), "--after-pack",
+                             str(short)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"sglang-obs compare: error: --before-pack {short}: the pack's "
+                             "window is 90 s; compare needs at least 2 whole minutes\n")
 
 
 def test_charts_are_drawn_and_the_report_links_them(incident):

@@ -1,6 +1,7 @@
 """`sglang-sim what-if`: the estimate from known series, the replay, the calibration against the
 shipped incident and tuned scenarios, and the real path (backfilled Prometheus -> what-if)."""
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sglang_obs import pack
 from sglang_obs.cli_support import UsageError
+from sglang_obs.prometheus_api import Prometheus
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator import what_if
 from sglang_obs.simulator.render import Rendered
@@ -17,6 +20,7 @@ from sglang_obs.simulator.render import Rendered
 from conftest import ROOT
 
 SIM = str(Path(sys.executable).parent / "sglang-sim")
+OBS = str(Path(sys.executable).parent / "sglang-obs")
 INSTANCE = "sglang:30000"
 START = 1_000_000.0
 
@@ -196,6 +200,39 @@ def test_assignments_are_typed_by_the_models_fields():
                                            "speculative_algorithm": None}
 
 
+class Recording:
+    """A Source that notes every request the estimate makes of the one it wraps."""
+
+    def __init__(self, source):
+        self.source, self.asked, self.infos = source, set(), set()
+        self.where, self.instance = source.where, source.instance
+        self.start, self.end = source.start, source.end
+
+    def series(self, name, agg="sum", by=None):
+        self.asked.add((name, agg, by))
+        return self.source.series(name, agg, by)
+
+    def info(self, name):
+        self.infos.add(name)
+        return self.source.info(name)
+
+
+def test_a_pack_holds_every_series_the_estimate_asks_for_on_either_path():
+    """With and without the token histograms (the estimate's two paths), and every candidate
+    series of every server argument: a request missing from sglang_obs.pack.LOAD_SERIES would
+    be missing from every snapshot pack."""
+    bare = _known_window()
+    bare.series = {k: v for k, v in bare.series.items() if "tokens_histogram" not in k[0]}
+    for rendered in (_known_window(), bare):
+        source = Recording(what_if.RenderedSource(rendered))
+        what_if.estimate(source)
+        assert source.asked, "nothing recorded"
+        assert source.asked <= set(pack.LOAD_SERIES), source.asked - set(pack.LOAD_SERIES)
+        assert source.infos <= set(pack.LOAD_INFO)
+    candidates = {(name, "max", None) for names in what_if.ARG_SERIES.values() for name in names}
+    assert candidates <= set(pack.LOAD_SERIES), candidates - set(pack.LOAD_SERIES)
+
+
 # -- calibration: the shipped incident, estimated from its rendered series -----------------
 @pytest.fixture(scope="module")
 def calibration():
@@ -263,4 +300,58 @@ def test_what_if_on_a_backfilled_incident_matches_the_rendered_estimate(backfill
     assert doc["estimate"]["args"]["max_running_requests"] == 44
     for attr in SEED_000_DIRECTIONS:
         sign = SEED_000_DIRECTIONS[attr]
+        assert doc["figures"][attr]["median_delta"] * sign > 0, attr
+
+
+# -- a snapshot pack of the backfilled incident -> what-if --------------------------------
+@pytest.fixture(scope="module")
+def incident_pack(backfilled, tmp_path_factory):
+    b, url = backfilled("long-context-incident")
+    out = tmp_path_factory.mktemp("what-if") / "pack"
+    result = subprocess.run([OBS, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.end), "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return b, url, out
+
+
+def _fields(est):
+    """The estimate's fields, but for the one naming where it was read."""
+    return {k: v for k, v in dataclasses.asdict(est).items() if k != "where"}
+
+
+@pytest.mark.slow
+def test_a_pack_gives_the_estimate_prometheus_gives_for_its_window(incident_pack):
+    b, url, out = incident_pack
+    live = Recording(what_if.PrometheusSource(Prometheus(url), b.start, b.end))
+    from_prometheus = what_if.estimate(live)
+    assert live.asked <= set(pack.LOAD_SERIES), live.asked - set(pack.LOAD_SERIES)
+    assert live.infos <= set(pack.LOAD_INFO)
+    from_pack = what_if.estimate(what_if.PackSource(out))
+    assert from_pack.where == f"snapshot pack {out}"
+    incident = scenarios.load("long-context-incident")  # its load, not an empty window
+    assert abs(sum(from_pack.arrivals) - len(incident.arrivals())) <= 8
+    expected = _fields(from_prometheus)
+    for name, value in _fields(from_pack).items():
+        assert value == expected[name], name
+
+
+@pytest.mark.slow
+def test_what_if_on_the_incidents_pack_predicts_seed_000s_directions(incident_pack, tmp_path):
+    b, url, out = incident_pack
+    prediction = tmp_path / "prediction.json"
+    result = subprocess.run(
+        [SIM, "what-if", "--pack", str(out),
+         *[a for k, v in what_if.SEED_000.items() for a in ("--set", f"{k}={v}")],
+         "--current", "num_continuous_decode_steps=2", "--perf", "decode_overhead_s=0.035",
+         "--perf", "decode_s_per_kv_token=6e-8", "--json", str(prediction)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"read from snapshot pack {out}" in result.stdout
+    doc = json.loads(prediction.read_text())
+    live = what_if.estimate(what_if.PrometheusSource(Prometheus(url), b.start, b.end))
+    estimate = {k: v for k, v in doc["estimate"].items() if k != "where"}
+    assert estimate == {k: v for k, v in json.loads(what_if.to_json(live.document())).items()
+                        if k != "where"}
+    for attr, sign in SEED_000_DIRECTIONS.items():
         assert doc["figures"][attr]["median_delta"] * sign > 0, attr

@@ -19,8 +19,8 @@ from pathlib import Path
 from sglang_obs import config_dir
 from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.generate.doc_blocks import replace_blocks
+from sglang_obs.times import parse_time
 from sglang_obs.tools.compare import run
-from sglang_obs.tools.snapshot import parse_time
 
 DOC = (config_dir.checkout() or Path.cwd()) / "docs" / "compare.md"
 INCIDENT_END = parse_time("2026-11-29T11:00:00Z")

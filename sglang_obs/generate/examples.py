@@ -19,7 +19,8 @@ from pathlib import Path
 from sglang_obs import config_dir
 from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.generate.render_dashboard import DASHBOARDS, render_pngs
-from sglang_obs.tools.snapshot import parse_time, take
+from sglang_obs.times import parse_time
+from sglang_obs.tools.snapshot import take
 
 DOCS = (config_dir.checkout() or Path.cwd()) / "docs"
 END = parse_time("2026-11-29T11:00:00Z")

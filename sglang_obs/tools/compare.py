@@ -1,5 +1,5 @@
 """`sglang-obs compare`: did the change help? Two windows of one server (or two servers), side by
-side, from Prometheus.
+side, from Prometheus or from snapshot packs (their windows.json: sglang_obs.pack).
 
 - the effective configuration of each window (the exporter's sglang_obs_server_config_info
   labels and sglang_obs_config_* gauges) and which arguments changed, and when;
@@ -11,12 +11,13 @@ side, from Prometheus.
   windows' minutes, and is an improvement or a regression only when the interval excludes 0.
 
 The statistics (per-minute units, bootstrap, comparability, configuration diff, report) are pure
-functions of plain data; fetch_window() is the only part that asks Prometheus. docs/compare.md
-explains the method.
+functions of plain data; fetch_window() is the only part that asks Prometheus (a snapshot keeps
+what it found, WindowData.to_dict(), for read_pack()). docs/compare.md explains the method.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -27,11 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs import config_dir
+from sglang_obs import config_dir, pack
 from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
-from sglang_obs.tools.snapshot import iso, parse_time
+from sglang_obs.times import iso, parse_time
 
 SCHEMA_VERSION = 1
 MINUTE = 60.0
@@ -172,10 +173,32 @@ class WindowData:
     longest_queueing_seconds: float | None = None
     alerts: list[dict] = field(default_factory=list)  # {alertname, severity, episodes, seconds}
     config: dict[str, list[dict]] = field(default_factory=dict)  # arg -> [{value, from, to}]
+    source: str = ""  # where it was read: "Prometheus", "snapshot pack DIR" (not in to_dict)
 
     @property
     def minutes(self) -> int:
         return max((len(v) for v in self.units.values()), default=0)
+
+    def to_dict(self) -> dict:
+        """Plain JSON (a snapshot pack's windows.json): bucket bounds as Prometheus's `le`
+        strings ("+Inf"), so no non-finite number is written."""
+        doc = dataclasses.asdict(self)
+        del doc["source"]
+        doc["bounds"] = {h: [_le(b) for b in bounds] for h, bounds in self.bounds.items()}
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict, source: str = "") -> WindowData:
+        """The WindowData to_dict() wrote: a ratio unit is a tuple again."""
+        doc = dict(doc)
+        doc["bounds"] = {h: [float(b) for b in bounds] for h, bounds in doc["bounds"].items()}
+        doc["units"] = {k: [tuple(u) if u is not None and METRICS[k].kind == "ratio" else u
+                            for u in units] for k, units in doc["units"].items()}
+        return cls(**doc, source=source)
+
+
+def _le(bound: float) -> str | float:
+    return "+Inf" if math.isinf(bound) else bound
 
 
 def resample_indices(n: int, resamples: int, rng: random.Random) -> list[list[int]]:
@@ -332,7 +355,7 @@ def compare(before: WindowData, after: WindowData, limits: dict | None = None,
         "bootstrap": {"resamples": resamples, "seed": seed, "interval": 0.95,
                       "unit": "minute pair" if paired else "minute", "paired": paired},
         "windows": {name: {"server": w.server, "from": iso(w.start), "to": iso(w.end),
-                           "minutes": w.minutes}
+                           "minutes": w.minutes, "source": w.source}
                     for name, w in (("before", before), ("after", after))},
         "verdict": verdict,
         "config": config_diff(before.config, after.config),
@@ -538,13 +561,36 @@ class Window:
 
 
 def parse_window(flag: str, pair: Sequence[str], now: float | None = None) -> Window:
-    start, end = (parse_time(t, now, flag) for t in pair)
+    start, end = (parse_time(t, now, flag, CompareUsageError) for t in pair)
     if end <= start:
         raise CompareUsageError(f"{flag}: empty window: {iso(start)} is not before {iso(end)}")
     if end - start < MIN_MINUTES * MINUTE:
         raise CompareUsageError(f"{flag}: the window is {end - start:.0f} s; compare needs at "
                                 f"least {MIN_MINUTES} whole minutes")
     return Window(flag, start, end)
+
+
+# -- snapshot packs ------------------------------------------------------------------------
+def pack_windows(prom: Prometheus, start: float, end: float, servers: Sequence[str]) -> dict:
+    """A snapshot pack's windows.json: fetch_window over the pack's window for each server
+    (none when the window is shorter than compare's minimum)."""
+    w = Window("--from/--to", start, end)
+    long_enough = end - start >= MIN_MINUTES * MINUTE
+    return {"schema_version": pack.SCHEMA_VERSION, "window": {"start": start, "end": end},
+            "servers": {s: fetch_window(prom, w, s).to_dict() for s in servers}
+            if long_enough else {}}
+
+
+def read_pack(flag: str, path: Path, instance: str | None, instance_flag: str) -> WindowData:
+    """One side of the comparison from a snapshot pack's windows.json (a PackError, exit 1,
+    for a folder that is no pack, an older pack, an unknown server)."""
+    doc = pack.read(flag, path, pack.WINDOWS)
+    start, end = doc["window"]["start"], doc["window"]["end"]
+    if end - start < MIN_MINUTES * MINUTE:
+        raise CompareUsageError(f"{flag} {path}: the pack's window is {end - start:.0f} s; "
+                                f"compare needs at least {MIN_MINUTES} whole minutes")
+    server = pack.server(flag, path, sorted(doc["servers"]), instance, instance_flag)
+    return WindowData.from_dict(doc["servers"][server], source=f"snapshot pack {path}")
 
 
 def _selectors() -> tuple[str, str]:
@@ -726,23 +772,37 @@ def _config(prom: Prometheus, w: Window, server: str, exporter_job: str) -> dict
 
 
 # -- the command ---------------------------------------------------------------------------
-def run(prometheus_url: str, before: Sequence[str], after: Sequence[str],
+def run(prometheus_url: str, before: Sequence[str] | None, after: Sequence[str] | None,
         instance: str | None = None, after_instance: str | None = None,
         out: Path | None = None, resamples: int | None = None, seed: int | None = None,
-        paired: bool = False) -> tuple[dict, str]:
-    """Compare the two windows; with `out`, write report.md, compare.json and compare.png
-    there (a new or empty folder, left as found on failure). (document, report)."""
+        paired: bool = False, before_pack: Path | None = None,
+        after_pack: Path | None = None) -> tuple[dict, str]:
+    """Compare the two windows, each from Prometheus (`before`, `after`: two times) or from a
+    snapshot pack (`before_pack`, `after_pack`); with `out`, write report.md, compare.json and
+    compare.png there (a new or empty folder, left as found on failure). (document, report)."""
     now = time.time()
-    wb, wa = parse_window("--before", before, now), parse_window("--after", after, now)
+    after_flag = "--after-instance" if after_instance else "--instance"
+    sides = (("--before", before, before_pack, instance, "--instance"),
+             ("--after", after, after_pack, after_instance or instance, after_flag))
+    for name, pair, path, *_ in sides:  # the command line first, then the packs
+        if (pair is None) == (path is None):
+            raise CompareUsageError(f"give one of {name} START END and {name}-pack DIR")
+    windows = [parse_window(name, pair, now) if pair is not None else None
+               for name, pair, *_ in sides]
+    data = [read_pack(f"{name}-pack", path, server, flag) if path is not None else None
+            for name, _, path, server, flag in sides]
     created = False
     if out is not None:
         out, created = new_folder("--out", out)
     try:
-        prom = Prometheus(prometheus_url)
-        server_b = pick_server(prom, wb, instance, "--instance")
-        server_a = pick_server(prom, wa, after_instance or instance,
-                               "--after-instance" if after_instance else "--instance")
-        data_b, data_a = fetch_window(prom, wb, server_b), fetch_window(prom, wa, server_a)
+        prom = Prometheus(prometheus_url) if None in data else None
+        servers = [pick_server(prom, w, server, flag) if w else None
+                   for w, (*_, server, flag) in zip(windows, sides, strict=True)]
+        for i, w in enumerate(windows):
+            if w is not None:
+                data[i] = dataclasses.replace(fetch_window(prom, w, servers[i]),
+                                              source="Prometheus")
+        data_b, data_a = data
         doc = compare(data_b, data_a, resamples=resamples, seed=seed, paired=paired)
         text = report(doc)
         if out is not None:

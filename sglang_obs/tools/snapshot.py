@@ -6,7 +6,9 @@ Queries Prometheus over a window and writes, into one folder:
                peaks with their times, alerts that fired, the effective configuration and
                its changes (schema in docs/snapshot.md);
 - report.md    a one-page summary in seed 000's order: faults first, then prefill vs decode,
-               then the cause; plus PNG charts.
+               then the cause; plus PNG charts;
+- windows.json, load.json  what `sglang-obs compare --before-pack` and `sglang-sim what-if
+               --pack` read instead of Prometheus (sglang_obs.pack).
 Queries use the recording rules (the same state classification as alerts and dashboards) and
 are split into chunks under Prometheus's 11,000-points-per-series limit by the project's one
 query client, sglang_obs.prometheus_api. No prompt or request text exists in Prometheus, so
@@ -21,14 +23,16 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
+from sglang_obs import pack
 from sglang_obs.charts import pyplot
 from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
+from sglang_obs.times import iso, parse_time
 from sglang_obs.tools import alert_delivery as delivery
+from sglang_obs.tools import compare
 
 SCHEMA_VERSION = 1
 BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
@@ -66,36 +70,6 @@ class SnapshotError(Failure):
 
 class SnapshotUsageError(SnapshotError, UsageError):
     """The window given cannot be read or is empty (exit 2)."""
-
-
-# -- time ----------------------------------------------------------------------------------
-_AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s+ago\s*$")
-
-
-def parse_time(text: str, now: float | None = None, flag: str = "") -> float:
-    """'now', '30m ago', a Unix timestamp, or an ISO time (UTC unless it says otherwise).
-    `flag` names the argument in the error."""
-    now = time.time() if now is None else now
-    if text.strip() == "now":
-        return now
-    m = _AGO.match(text)
-    if m:
-        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SnapshotUsageError(f"{flag + ': ' if flag else ''}cannot read time {text!r}: "
-                                 "use now, '30m ago', a Unix timestamp or "
-                                 "2026-11-29T10:00:00Z") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- the pack -------------------------------------------------------------------------------
@@ -359,8 +333,9 @@ def report(summary: dict, charts: list[str]) -> str:
                       + f": {a['description']}." for a in group]
             lines += [""]
     lines += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
-    lines += ["", "Files: `series.csv` (per step and server), `summary.json` (docs/snapshot.md).",
-              ""]
+    lines += ["", "Files: `series.csv` (per step and server), `summary.json`; `windows.json` and "
+              "`load.json`, which `sglang-obs compare --before-pack` and `sglang-sim what-if "
+              "--pack` read (docs/snapshot.md).", ""]
     return "\n".join(lines)
 
 
@@ -476,7 +451,8 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
     """Write the pack into `out` (a new or empty folder) and return its summary. On failure
     `out` is left as it was found (removed when this call created it)."""
     now = time.time()
-    window = Window(parse_time(start, now, "--from"), parse_time(end, now, "--to"), step)
+    window = Window(parse_time(start, now, "--from", SnapshotUsageError),
+                    parse_time(end, now, "--to", SnapshotUsageError), step)
     if window.end <= window.start:
         raise SnapshotUsageError(f"empty window: --from {iso(window.start)} is not before --to "
                                  f"{iso(window.end)}")
@@ -523,6 +499,11 @@ def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] |
     if request_metrics_dir:
         summary["requests"] = requests_section(request_metrics_dir, window)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    # What `compare --before-pack` and `sglang-sim what-if --pack` read instead of Prometheus.
+    pack.write(out, pack.WINDOWS, compare.pack_windows(prom, window.start, window.end,
+                                                       data["servers"]))
+    pack.write(out, pack.LOAD, pack.load_document(prom, data["servers"], window.start,
+                                                  window.end, window.step))
     names = charts(data, out, window, summary["alerts"])
     text = report(summary, names)
     if request_metrics_dir:
