@@ -1,6 +1,6 @@
-"""The import layers the snapshot pack relies on: the simulator (what-if) and the operator's
-tools (snapshot, compare) never import each other; both import the neutral sglang_obs.pack and
-sglang_obs.times, which import neither."""
+"""The import layers: the exporter knows nothing of the simulator, the tools or the generators;
+the simulator (what-if) and the operator's tools (snapshot, compare) never import each other;
+both import the neutral sglang_obs.pack and sglang_obs.times, which import neither."""
 
 import ast
 
@@ -32,10 +32,16 @@ def test_the_simulator_never_imports_the_tools(path):
     assert not _under(imported(path), "sglang_obs.tools")
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "sglang_obs/tools").glob("*.py")), ids=str)
+@pytest.mark.parametrize("path", sorted((ROOT / "exporter").rglob("*.py")), ids=str)
+def test_the_exporter_imports_no_higher_layer(path):
+    names = imported(path)
+    assert not [n for part in ("simulator", "tools", "generate")
+                for n in _under(names, f"sglang_obs.{part}")]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "sglang_obs/tools").glob("*.py")
+                                        if p.name not in RUNS_THE_SIMULATOR), ids=str)
 def test_the_tools_do_not_import_the_simulator(path):
-    if path.name in RUNS_THE_SIMULATOR:
-        pytest.skip("runs the simulator's demo scenarios")
     assert not _under(imported(path), "sglang_obs.simulator")
 
 
