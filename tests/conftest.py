@@ -1,6 +1,7 @@
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -105,3 +106,17 @@ def backfilled(tmp_path_factory):
             return served[key]
 
         yield get
+
+
+@pytest.fixture(scope="session")
+def incident_pack(backfilled, tmp_path_factory):
+    """(Backfilled, url, pack folder, snapshot's stdout): `sglang-obs snapshot` of the whole
+    backfilled seed 000 incident (long-context-incident), taken once per session. Callers only
+    read it."""
+    b, url = backfilled("long-context-incident")
+    out = tmp_path_factory.mktemp("incident") / "pack"
+    result = subprocess.run([str(Path(sys.executable).parent / "sglang-obs"), "snapshot",
+                             "--prometheus", url, "--from", str(b.start), "--to", str(b.end),
+                             "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return b, url, out, result.stdout

@@ -40,14 +40,8 @@ def keys(doc, prefix=""):
 
 
 @pytest.fixture(scope="module")
-def incident(backfilled, tmp_path_factory):
-    b, url = backfilled("long-context-incident")
-    out = tmp_path_factory.mktemp("incident") / "pack"
-    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
-                             "--to", str(b.end), "--out", str(out)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return b, url, out, result.stdout
+def incident(incident_pack):
+    return incident_pack
 
 
 def test_seed_000_names_prefill_backlog_then_decode_contention(incident):

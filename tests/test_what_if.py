@@ -303,18 +303,7 @@ def test_what_if_on_a_backfilled_incident_matches_the_rendered_estimate(backfill
         assert doc["figures"][attr]["median_delta"] * sign > 0, attr
 
 
-# -- a snapshot pack of the backfilled incident -> what-if --------------------------------
-@pytest.fixture(scope="module")
-def incident_pack(backfilled, tmp_path_factory):
-    b, url = backfilled("long-context-incident")
-    out = tmp_path_factory.mktemp("what-if") / "pack"
-    result = subprocess.run([OBS, "snapshot", "--prometheus", url, "--from", str(b.start),
-                             "--to", str(b.end), "--out", str(out)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return b, url, out
-
-
+# -- a snapshot pack of the backfilled incident (conftest.incident_pack) -> what-if ------
 def _fields(est):
     """The estimate's fields, but for the one naming where it was read."""
     return {k: v for k, v in dataclasses.asdict(est).items() if k != "where"}
@@ -322,7 +311,7 @@ def _fields(est):
 
 @pytest.mark.slow
 def test_a_pack_gives_the_estimate_prometheus_gives_for_its_window(incident_pack):
-    b, url, out = incident_pack
+    b, url, out, _ = incident_pack
     live = Recording(what_if.PrometheusSource(Prometheus(url), b.start, b.end))
     from_prometheus = what_if.estimate(live)
     assert live.asked <= set(pack.LOAD_SERIES), live.asked - set(pack.LOAD_SERIES)
@@ -338,7 +327,7 @@ def test_a_pack_gives_the_estimate_prometheus_gives_for_its_window(incident_pack
 
 @pytest.mark.slow
 def test_what_if_on_the_incidents_pack_predicts_seed_000s_directions(incident_pack, tmp_path):
-    b, url, out = incident_pack
+    b, url, out, _ = incident_pack
     prediction = tmp_path / "prediction.json"
     result = subprocess.run(
         [SIM, "what-if", "--pack", str(out),
