@@ -124,17 +124,3 @@ def read(flag: str, path: str | os.PathLike, name: str) -> dict:
                         f"{SCHEMA_VERSION}: take the pack again with this release")
     return doc
 
-
-def server(flag: str, path: str | os.PathLike, servers: list[str], instance: str | None,
-           instance_flag: str) -> str:
-    """The server of the pack that `instance` names; the only one when it names none."""
-    if instance is None:
-        if len(servers) != 1:
-            raise PackError(f"{flag} {path}: {len(servers)} servers in this pack"
-                            + (f" ({', '.join(servers)}): name one with {instance_flag}"
-                               if servers else ""))
-        return servers[0]
-    if instance not in servers:
-        raise PackError(f"{instance_flag}: unknown instance {instance}; servers in the pack "
-                        f"{flag} {path}: {', '.join(servers) or 'none'}")
-    return instance

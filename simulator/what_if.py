@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sglang_obs import pack
-from sglang_obs.cli_support import Failure, UsageError
+from sglang_obs.cli_support import Failure, UsageError, pick_server
 from sglang_obs.simulator import compare
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
@@ -134,16 +134,10 @@ class PrometheusSource:
         found = sorted({dict(k).get("instance", "") for k in prom.query_range(
             f"count by (instance) ({P}num_requests_total)", start, end,
             max(step, (end - start) / 100))})
-        if instance is None:
-            if len(found) != 1:
-                raise Failure(f"--instance: {len(found)} SGLang servers in this window"
-                              + (f" ({', '.join(found)}): name one" if found else
-                                 ": no sglang:num_requests_total between --start and --end"))
-            instance = found[0]
-        elif instance not in found:
-            raise Failure(f"--instance: no SGLang server {instance!r} in this window; servers: "
-                          f"{', '.join(found) or 'none'}")
-        self.instance = instance
+        if not found:
+            raise Failure("--instance: no SGLang server in this window: no "
+                          f"{P}num_requests_total between --start and --end")
+        self.instance = pick_server(found, instance, "--instance", "this window")
 
     def series(self, name, agg="sum", by=None):
         return pack.query_series(self.prom, name, agg, by, self.instance, self.start, self.end,
@@ -159,8 +153,8 @@ class PackSource:
 
     def __init__(self, path, instance: str | None = None, flag: str = "--pack"):
         doc = pack.read(flag, path, pack.LOAD)
-        self.instance = pack.server(flag, path, sorted(doc["servers"]), instance,
-                                    "--instance")
+        self.instance = pick_server(sorted(doc["servers"]), instance, "--instance",
+                                    f"the pack {flag} {path}", pack.PackError)
         self.where = f"snapshot pack {path}"
         window = doc["window"]
         self.start, self.end, self.step = window["start"], window["end"], window["step_seconds"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs import pack
+from sglang_obs import cli_support, pack
 from sglang_obs.cli import build_parser as obs_parser
 from sglang_obs.exporter.cli import build_parser as exporter_parser
 from sglang_obs.simulator.cli import build_parser as sim_parser
@@ -397,3 +397,20 @@ def test_the_table_covers_every_subcommand():
     # every subcommand has a usage error; every one that reads or writes something a failure
     assert not defined - usage, sorted(defined - usage, key=str)
     assert not (defined - {("sglang-sim", "list"), ("sglang-obs", "detection")}) - failure
+
+
+# -- choosing the server: compare (windows and packs) and what-if share one rule ----------------
+@pytest.mark.parametrize(("servers", "instance", "message"), [
+    ([], None, "--instance: no servers in this window"),
+    (["a:1", "b:2"], None, "--instance: 2 servers in this window (a:1, b:2): name one"),
+    (["a:1"], "c:3", "--instance: unknown instance c:3; servers in this window: a:1"),
+])
+def test_a_server_that_cannot_be_chosen_is_one_line_naming_the_flag(servers, instance, message):
+    with pytest.raises(cli_support.Failure) as err:
+        cli_support.pick_server(servers, instance, "--instance", "this window")
+    assert str(err.value) == message
+
+
+def test_the_only_server_or_the_named_one_is_chosen():
+    assert cli_support.pick_server(["a:1"], None, "--instance", "this window") == "a:1"
+    assert cli_support.pick_server(["a:1", "b:2"], "b:2", "--instance", "this window") == "b:2"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs import config_dir, pack
+from sglang_obs import cli_support, config_dir, pack
 from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.states import STATE_COLOURS, STATES
@@ -589,7 +589,8 @@ def read_pack(flag: str, path: Path, instance: str | None, instance_flag: str) -
     if end - start < MIN_MINUTES * MINUTE:
         raise CompareUsageError(f"{flag} {path}: the pack's window is {end - start:.0f} s; "
                                 f"compare needs at least {MIN_MINUTES} whole minutes")
-    server = pack.server(flag, path, sorted(doc["servers"]), instance, instance_flag)
+    server = cli_support.pick_server(sorted(doc["servers"]), instance, instance_flag,
+                                     f"the pack {flag} {path}", pack.PackError)
     return WindowData.from_dict(doc["servers"][server], source=f"snapshot pack {path}")
 
 
@@ -615,15 +616,8 @@ def pick_server(prom: Prometheus, w: Window, instance: str | None, flag: str) ->
         raise CompareError(f"{w.flag}: no data between {iso(w.start)} and {iso(w.end)} in "
                            f"--prometheus {prom.url}: the window is empty, beyond retention, or "
                            "the recording rules are not loaded (prometheus/rules/sglang.rules.yml)")
-    if instance is None:
-        if len(servers) > 1:
-            raise CompareError(f"{w.flag}: {len(servers)} servers in this window "
-                               f"({', '.join(servers)}): name one with {flag}")
-        return servers[0]
-    if instance not in servers:
-        raise CompareError(f"{flag}: unknown instance {instance}; servers in the {w.flag} "
-                           f"window: {', '.join(servers)}")
-    return instance
+    return cli_support.pick_server(servers, instance, flag, f"the {w.flag} window",
+                                   CompareError)
 
 
 def _minute_grid(w: Window) -> list[float]:
