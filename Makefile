@@ -20,6 +20,7 @@ generate: $(VENV)/.installed
 	$(PY) -m sglang_obs.generate.rules
 	$(PY) -m sglang_obs.generate.shipper
 	$(PY) -m sglang_obs.generate.detection
+	$(PY) -m sglang_obs.generate.fleet_timing
 	$(PY) grafana/dashboards/generate.py
 	$(PY) -m sglang_obs.generate.examples
 	$(PY) -m sglang_obs.generate.compare_example

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from sglang_obs.generate import rules, shipper
+from sglang_obs.generate import detection, fleet_timing, rules, shipper
 from sglang_obs.tools import fleet
 
 from conftest import ROOT, require_binary
@@ -138,14 +138,55 @@ def test_victoria_metrics_accepts_the_central_scrape_config(tmp_path):
 # -- the vmalert variant of the rules ------------------------------------------------------------
 def test_vmalert_variant_is_current_and_is_the_rules_without_the_dropped_fields():
     t = rules.load_thresholds()
-    for path, text in rules.vmalert_rule_files(t).items():
+    files = rules.vmalert_rule_files(t)
+    for path, text in files.items():
         assert path.read_text() == text, f"{path} stale: python -m sglang_obs.generate.rules"
-        original = yaml.safe_load((rules.RULES_DIR / path.name).read_text())
-        for field in rules.VMALERT_DROPPED_FIELDS:
-            for group in original["groups"]:
-                for rule in group["rules"]:
+    assert sorted(p.name for p in rules.VMALERT_RULES_DIR.glob("*.yml")) == sorted(
+        p.name for p in files), "a rule file vmalert would load that the generator no longer makes"
+    # Prometheus' rules, file by file and group by group, in the order it evaluates them...
+    expected = []
+    for name, _ in rules.RULE_FILES:
+        for group in yaml.safe_load((rules.RULES_DIR / name).read_text())["groups"]:
+            for rule in group["rules"]:
+                for field in rules.VMALERT_DROPPED_FIELDS:
                     rule.pop(field, None)
-        assert yaml.safe_load(text) == original, path.name
+                expected.append(rule)
+    # ...are vmalert's one group, which bypasses the store's latency offset.
+    (group,) = yaml.safe_load(next(iter(files.values())))["groups"]
+    assert group["rules"] == expected
+    assert group["params"] == {"nocache": ["1"]}
+
+
+# -- onset to page on the fleet path (docs/fleet.md) ---------------------------------------------
+def test_fleet_onset_to_page_block_is_current():
+    assert fleet_timing.main(["--check"]) == 0, "python -m sglang_obs.generate.fleet_timing"
+
+
+def test_the_fleet_budget_counts_one_evaluation_per_recorded_link():
+    t = rules.load_thresholds()
+    records = {r.name: r.expr for g in rules.recording_groups(t) for r in g.rules}
+    assert fleet_timing.depth("sglang:num_running_reqs", records) == 0
+    assert fleet_timing.depth("instance:sglang_prefill_backlog_tokens:max", records) == 1
+    # the alert reads the state record, which reads the backlog record, which reads the exporter
+    assert fleet_timing.depth("instance:sglang_state:code", records) == 3  # the 1h baseline too
+    backlog = fleet_timing.budgets(t)["SGLangPrefillBacklog"]
+    one_host = detection.budgets()["SGLangPrefillBacklog"]
+    assert backlog.links == 2
+    # one more evaluation than on one host (whose recording group costs one), plus the shipping
+    assert backlog.notify_worst == one_host.notify_worst + one_host.evaluation + backlog.transport
+
+
+def test_the_recorded_fleet_page_came_inside_the_budget():
+    recorded = fleet_timing.load_e2e()
+    assert recorded, "docs/fleet-e2e.json missing: SGLANG_OBS_RECORD_FLEET=1 pytest test_fleet.py"
+    m = recorded["prefill_backlog_page"]
+    assert m["budget_s"] == fleet_timing.budgets()["SGLangPrefillBacklog"].notify_worst, (
+        "the budget changed since the recorded run: rerun it")
+    assert 0 < m["onset_to_page_s"] <= m["budget_s"]
+    assert m["margin_s"] == m["budget_s"] - m["onset_to_page_s"]
+    chain = m["chain"]
+    assert (0 <= chain["recorded_signal"] <= chain["recorded_state"] <= chain["pending"]
+            < chain["firing"] <= m["onset_to_page_s"]), chain
 
 
 def test_vmalert_accepts_the_variant_and_rejects_what_it_drops(tmp_path):

@@ -29,6 +29,18 @@ RULES_DIR = ROOT / "prometheus" / "rules"
 # pull request 4669, July 2023).
 VMALERT_RULES_DIR = ROOT / "prometheus" / "rules-vmalert"
 VMALERT_DROPPED_FIELDS = ("keep_firing_for",)
+# vmalert reads recorded series back from the store, so the variant is one group, every rule in
+# the order Prometheus evaluates them (docs/fleet.md, "Onset to page"). vmalert starts each group
+# at a phase hashed from its file path and name, and a rule's results become visible only after
+# the remote-write flush; a rule in another group could therefore find nothing within its lookback
+# (-datasource.queryStep) and an alert miss its incident, depending on where the files lie. In
+# one group each rule reads the previous evaluation's results, exactly one interval old.
+# nocache=1: VictoriaMetrics then answers at the aligned evaluation time itself instead of moving
+# a query made within -search.latencyOffset of now back by that offset, which would make some
+# rules of an evaluation look further back than others.
+VMALERT_FILE = "sglang-obs.yml"
+VMALERT_GROUP = "sglang-obs"
+VMALERT_PARAMS = {"nocache": ["1"]}
 # The files in prometheus/rules/ with their header lines, recording rules first: Prometheus and
 # promtool evaluate the groups in this order.
 RULE_FILES = (
@@ -918,9 +930,14 @@ def render_groups(groups: list[Group], header: str, t: dict, vmalert: bool = Fal
            f"(sglang_obs/generate/rules.py). {header}", "groups:"]
     if vmalert:
         out.insert(1, "# vmalert variant of prometheus/rules/: the same rules without "
-                   + ", ".join(VMALERT_DROPPED_FIELDS) + " (vmalert < 1.92 rejects it).")
+                   + ", ".join(VMALERT_DROPPED_FIELDS) + " (vmalert < 1.92 rejects it), in one "
+                   "group whose queries bypass the store's latency offset (docs/fleet.md).")
     for group in groups:
-        out += [f"- name: {group.name}", "  rules:"]
+        out.append(f"- name: {group.name}")
+        if vmalert:
+            out += ["  params:", *(f"    {k}: {v!r}".replace("'", '"')
+                                   for k, v in VMALERT_PARAMS.items())]
+        out.append("  rules:")
         for rule in group.rules:
             out.append(f"  # {rule.comment}")
             body = rule_body(rule, t)
@@ -944,11 +961,14 @@ def rule_files(t: dict) -> dict[Path, str]:
 
 
 def vmalert_rule_files(t: dict) -> dict[Path, str]:
-    """prometheus/rules-vmalert/*.yml: rule_files' groups, rendered for vmalert < 1.92."""
-    groups = recording_groups(t) + alert_groups(t)
-    return {VMALERT_RULES_DIR / name: render_groups([g for g in groups if g.file == name],
-                                                    header, t, vmalert=True)
-            for name, header in RULE_FILES}
+    """prometheus/rules-vmalert/sglang-obs.yml: rule_files' rules, in their order, as one group
+    rendered for vmalert < 1.92."""
+    order = {name: i for i, (name, _) in enumerate(RULE_FILES)}
+    groups = sorted(recording_groups(t) + alert_groups(t), key=lambda g: order[g.file])
+    one = Group(VMALERT_GROUP, VMALERT_FILE, tuple(r for g in groups for r in g.rules))
+    header = ("Every recording and alerting rule of prometheus/rules/, in their order, as one "
+              "group.")
+    return {VMALERT_RULES_DIR / VMALERT_FILE: render_groups([one], header, t, vmalert=True)}
 
 
 def main(argv: list[str] | None = None) -> int:

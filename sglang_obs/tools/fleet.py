@@ -202,8 +202,10 @@ def _rewrite(prom: dict, h: FleetHost) -> dict:
 
 
 def vmalert_args(store: str, alertmanager: str, listen: str, interval: str = "15s") -> list[str]:
-    """vmalert over the central store: the rules' vmalert variant, results written back (recording
-    rules and ALERTS), alert state restored from the store after a restart. Its queries look back
+    """vmalert over the central store: the rules' vmalert variant (one group, so that each rule
+    reads the records of the evaluation before, whatever phase vmalert gives the group: docs/
+    fleet.md), results written back (recording rules and ALERTS), alert state restored from the
+    store after a restart. Its queries look back
     one evaluation interval (-datasource.queryStep; vmalert's default is 5m): a host that stopped
     shipping leaves no staleness marker, so with 5 minutes its last values would keep its state
     "healthy" for 5 minutes; with 15 s its series end within about two scrape intervals. Alerts
