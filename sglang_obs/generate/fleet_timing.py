@@ -124,15 +124,9 @@ def block(b: dict[str, FleetBudget], e2e: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    text = FLEET_DOC.read_text()
-    new = doc_blocks.replace_blocks(text, {BLOCK: block(budgets(), load_e2e())}, FLEET_DOC)
-    if "--check" in argv:
-        if new != text:
-            print(f"stale: {FLEET_DOC} (run make generate)", file=sys.stderr)
-            return 1
-        return 0
-    FLEET_DOC.write_text(new)
-    return 0
+    fresh = doc_blocks.replace_blocks(FLEET_DOC.read_text(),
+                                      {BLOCK: block(budgets(), load_e2e())}, FLEET_DOC)
+    return doc_blocks.write_or_check(FLEET_DOC, fresh, argv)
 
 
 if __name__ == "__main__":

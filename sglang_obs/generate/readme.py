@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from sglang_obs import config_dir
-from sglang_obs.generate.doc_blocks import replace_blocks
+from sglang_obs.generate.doc_blocks import replace_blocks, write_or_check
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools import stack
 
@@ -150,15 +150,7 @@ def render(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    current = DOC.read_text()
-    fresh = render(current)
-    if "--check" in argv:
-        if fresh != current:
-            print(f"stale: {DOC} (run make generate)", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(fresh)
-    return 0
+    return write_or_check(DOC, render(DOC.read_text()), argv)
 
 
 if __name__ == "__main__":
