@@ -205,14 +205,17 @@ def vmalert_args(store: str, alertmanager: str, listen: str, interval: str = "15
     """vmalert over the central store: the rules' vmalert variant (one group, so that each rule
     reads the records of the evaluation before, whatever phase vmalert gives the group: docs/
     fleet.md), results written back (recording rules and ALERTS), alert state restored from the
-    store after a restart. Its queries look back
+    store after a restart. Its queries ask for the evaluation's own time, not the interval's
+    start (-datasource.queryTimeAlignment=false): aligned, a group whose phase is late in the
+    interval answers as of up to one interval before it runs. Its queries look back
     one evaluation interval (-datasource.queryStep; vmalert's default is 5m): a host that stopped
     shipping leaves no staleness marker, so with 5 minutes its last values would keep its state
     "healthy" for 5 minutes; with 15 s its series end within about two scrape intervals. Alerts
     sent to Alertmanager end 4 x the resend delay later unless sent again (-rule.resendDelay 1m,
     Prometheus's default): a store outage under 4 minutes does not resolve a page."""
     return [f"-rule={rules.VMALERT_RULES_DIR}/*.yml", f"-datasource.url={store}",
-            f"-datasource.queryStep={interval}", "-rule.resendDelay=1m",
+            f"-datasource.queryStep={interval}", "-datasource.queryTimeAlignment=false",
+            "-rule.resendDelay=1m",
             f"-remoteWrite.url={store}", f"-remoteRead.url={store}",
             f"-notifier.url={alertmanager}", f"-evaluationInterval={interval}",
             f"-httpListenAddr={listen}"]
