@@ -2,9 +2,11 @@
 
 Log lines are the only source of some signals (retractions before they became a metric, the
 effective capacity, health-check failures) and the fallback when /metrics is off, so the parser
-has to be version tolerant (shared/reference/sglang.md §10) and safe on whatever a log stream
-holds: it never raises, and it only ever returns numbers and booleans, never text from the line,
-so prompts or keys that end up in a log can't leak into metrics or labels.
+has to be version tolerant (the prefix `[YYYY-MM-DD HH:MM:SS<.mmm with SGLANG_LOG_MS=1><ranks>]`,
+ranks ` DP<n>` then ` PP<n>`, ` ATTN_CP<n>`, ` MOE_DP<n>`, ` TP<n>`, ` EP<n>` each only above size
+1, no log level; batch fields whose set and order change between releases) and safe on whatever
+a log stream holds: it never raises, and it only ever returns numbers and booleans, never text
+from the line, so prompts or keys that end up in a log can't leak into metrics or labels.
 
 Batch lines are read as `key: value` pairs rather than with one regex per release, so field order,
 extra fields (PD, MFU, device timer, hybrid pools) and the trailing ", " of some releases don't

@@ -1,6 +1,8 @@
 """Render scheduler events as the log lines a given SGLang release prints.
 
-The formats follow shared/reference/sglang.md §10 (and §11 for SGLANG_LOG_MS), so that the
+The formats follow SGLang's scheduler logger (the prefix `[YYYY-MM-DD HH:MM:SS<ranks>] `, with
+`.mmm` after the seconds only under SGLANG_LOG_MS=1; `Prefill batch` and `Decode batch` lines
+from the stats rank only), so that the
 exporter's log parser, alert rehearsals and demos see the same bytes a real server writes, per
 release family. Only what a stock server prints with default logging is produced (no PD, no MFU,
 no SGLANG_LOG_FORWARD_ITERS).

@@ -1,5 +1,6 @@
 """The simulator's log lines and the exporter's log parser agree, for every supported release, and
-the parser reads the formats of shared/reference/sglang.md §10 and survives any input."""
+the parser reads the scheduler log formats of every release (exporter/sglang_log.py) and survives
+any input."""
 
 import dataclasses
 import itertools
