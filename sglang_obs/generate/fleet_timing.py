@@ -65,14 +65,15 @@ def depth(expr: str, records: dict[str, str]) -> int:
     return max((1 + depth(records[n], records) for n in names), default=0)
 
 
-def budgets(t: dict | None = None) -> dict[str, FleetBudget]:
+def budgets(t: dict | None = None, single: dict[str, detection.Budget] | None = None
+            ) -> dict[str, FleetBudget]:
     """The saturation states' alerts: the state record reads the class's condition, the alert
     the state record (links = the condition's depth + 1)."""
     t = t or rules.load_thresholds()
     if "-remoteWrite.flushInterval" in " ".join(vmagent_command("c", "u", "b", "l")):
         raise ValueError("vmagent's flush interval is set: read it here instead of the default")
     records = _records(t)
-    single = detection.budgets()
+    single = single or detection.budgets()
     out = {}
     for cls in rules.state_classes(t):
         alert = detection.CLASS_ALERT.get(cls.state)
@@ -94,8 +95,8 @@ def _s(value: float) -> str:
     return f"{value:.0f} s"
 
 
-def block(b: dict[str, FleetBudget], e2e: dict | None) -> str:
-    one_host = detection.budgets()
+def block(b: dict[str, FleetBudget], one_host: dict[str, detection.Budget],
+          e2e: dict | None) -> str:
     lines = [
         "| alert | signal scraped every | shipping (vmagent flush + store ingestion) "
         "| recorded links | evaluations × interval | sustain (`for:`) | group_wait "
@@ -124,8 +125,10 @@ def block(b: dict[str, FleetBudget], e2e: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    fresh = doc_blocks.replace_blocks(FLEET_DOC.read_text(),
-                                      {BLOCK: block(budgets(), load_e2e())}, FLEET_DOC)
+    one_host = detection.budgets()
+    fresh = doc_blocks.replace_blocks(
+        FLEET_DOC.read_text(), {BLOCK: block(budgets(single=one_host), one_host, load_e2e())},
+        FLEET_DOC)
     return doc_blocks.write_or_check(FLEET_DOC, fresh, argv)
 
 

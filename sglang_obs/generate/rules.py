@@ -11,6 +11,7 @@ runbook and the rules cannot disagree on a number.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +36,9 @@ VMALERT_DROPPED_FIELDS = ("keep_firing_for",)
 # the remote-write flush; a rule in another group could therefore find nothing within its lookback
 # (-datasource.queryStep) and an alert miss its incident, depending on where the files lie. In
 # one group each rule reads the previous evaluation's results, exactly one interval old.
-# nocache=1: VictoriaMetrics then answers at the aligned evaluation time itself instead of moving
-# a query made within -search.latencyOffset of now back by that offset, which would make some
-# rules of an evaluation look further back than others.
+# nocache=1: VictoriaMetrics then answers at the evaluation's own time instead of moving a query
+# made within -search.latencyOffset of now back by that offset (vmalert asks for the evaluation's
+# time, not the interval's start: fleet.vmalert_args).
 VMALERT_FILE = "sglang-obs.yml"
 VMALERT_GROUP = "sglang-obs"
 VMALERT_PARAMS = {"nocache": ["1"]}
@@ -935,8 +936,7 @@ def render_groups(groups: list[Group], header: str, t: dict, vmalert: bool = Fal
     for group in groups:
         out.append(f"- name: {group.name}")
         if vmalert:
-            out += ["  params:", *(f"    {k}: {v!r}".replace("'", '"')
-                                   for k, v in VMALERT_PARAMS.items())]
+            out += ["  params:", *(f"    {k}: {json.dumps(v)}" for k, v in VMALERT_PARAMS.items())]
         out.append("  rules:")
         for rule in group.rules:
             out.append(f"  # {rule.comment}")
