@@ -12,20 +12,10 @@ test: $(VENV)/.installed
 
 check: $(VENV)/.installed
 	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
-	$(PY) -m pytest -q -m "not slow and not e2e"
+	$(PY) -m pytest -q -n 2 -m "not slow and not e2e"
 
 generate: $(VENV)/.installed
-	$(PY) -m sglang_obs.exporter.catalogue > docs/metrics.md
-	$(PY) -m sglang_obs.simulator.docs
-	$(PY) -m sglang_obs.generate.rules
-	$(PY) -m sglang_obs.generate.shipper
-	$(PY) -m sglang_obs.generate.detection
-	$(PY) -m sglang_obs.generate.fleet_timing
-	$(PY) grafana/dashboards/generate.py
-	$(PY) -m sglang_obs.generate.examples
-	$(PY) -m sglang_obs.generate.compare_example
-	$(PY) -m sglang_obs.generate.readme
-	$(PY) -m sglang_obs.generate.kubernetes
+	$(PY) -m sglang_obs.generate
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py

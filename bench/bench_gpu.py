@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
@@ -24,8 +22,7 @@ from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
 from sglang_obs.exporter.nvml import NvmlBackend  # noqa: E402
 from sglang_obs.exporter.web import Exposition, make_app, serve  # noqa: E402
 from sglang_obs.exporter.xid import XidWatcher  # noqa: E402
-
-from fake_nvml import h200_machine  # noqa: E402
+from sglang_obs.simulator.fake_nvml import h200_machine  # noqa: E402
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_exporter import (  # noqa: E402
+from bench_exporter import (
     SCRAPE_HEADERS,
     TEXT_CONTENT_TYPE,
     realistic_exposition,
@@ -42,14 +42,14 @@ from bench_exporter import (  # noqa: E402
     scrape,
     summary,
 )
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
-from sglang_obs.exporter.http_fetch import Response  # noqa: E402
-from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
-from sglang_obs.exporter.status import StatusBoard, load_classification  # noqa: E402
-from sglang_obs.exporter.status_page import GlancePages  # noqa: E402
-from sglang_obs.exporter.web import Exposition, make_app, serve  # noqa: E402
+from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
+from sglang_obs.exporter.http_fetch import Response
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.status import StatusBoard, load_classification
+from sglang_obs.exporter.status_page import GlancePages
+from sglang_obs.exporter.web import Exposition, make_app, serve
 
 LOADS = json.dumps({"loads": [{
     "dp_rank": 0, "num_running_reqs": 9, "num_waiting_reqs": 3,

@@ -8,7 +8,7 @@ host's alone), for --minutes (60 by default):
 
 Each host is what a fleet host runs: simulated SGLang (`sglang-sim serve`, the healthy scenario
 with the shape's TP size, release 0.5.23), the real `sglang-exporter` on the 8-GPU H200 machine
-of tests/fake_nvml.py (every NVML field supported, as bench/series_count.py counts; the readings
+of simulator/fake_nvml.py (every NVML field supported, as bench/series_count.py counts; the readings
 drift a little every sampling cycle so that they compress like live ones), and vmagent with the
 generated shipper configuration (prometheus/fleet/vmagent.yml: the jobs of prometheus.yml at
 their default intervals, 15 s SGLang and 5 s exporter, plus the shipper's own metrics).
@@ -45,17 +45,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT))
 
-from sglang_obs.generate import shipper  # noqa: E402
+from sglang_obs.core.sglang import EXPORTER_ADDRESS  # noqa: E402
+from sglang_obs.render import shipper  # noqa: E402
 
 SHAPES = {"tp8": [8], "dp1": [1] * 8}
 
-# The exporter on the fake 8 x H200 machine: tests/fake_nvml.py stands in for pynvml.
+# The exporter on the fake 8 x H200 machine: simulator/fake_nvml.py stands in for pynvml.
 EXPORTER_WRAPPER = r"""
 import random, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-import fake_nvml
+from sglang_obs.simulator import fake_nvml
 from sglang_obs.exporter import cli
 machine = fake_nvml.h200_machine()
 def drift():
@@ -163,7 +163,7 @@ class Host:
         wait_ready(f"http://127.0.0.1:{self.exporter_port}/metrics", self.exporter,
                    self.work / "exporter.log")
         text = shipper.VMAGENT_YML.read_text()
-        for old, new in (("exporter:9840", f"127.0.0.1:{self.exporter_port}"),
+        for old, new in ((EXPORTER_ADDRESS, f"127.0.0.1:{self.exporter_port}"),
                          (shipper.VMAGENT_ADDRESS, f"127.0.0.1:{self.agent_port}")):
             text = text.replace(old, new)
         (self.work / "vmagent.yml").write_text(text)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import CollectorRegistry, generate_latest
 
-from sglang_obs.exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
-from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
-from sglang_obs.exporter.nvml import NvmlBackend  # noqa: E402
+from sglang_obs.exporter.collector import GpuCollector, GuardedCollector
+from sglang_obs.exporter.gpu import GpuSampler
+from sglang_obs.exporter.nvml import NvmlBackend
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Series the exporter serves with its default collectors (SGLang + NVML), counted per family.
 
 Two setups, built the way the golden-exposition tests build their registries (fake SGLang
-servers answering recorded fixtures, tests/fake_nvml.py's 8-GPU H200 machine):
+servers answering recorded fixtures, simulator/fake_nvml.py's 8-GPU H200 machine):
 
   tp8  one 8-GPU host, one TP8 SGLang server
   dp1  one 8-GPU host, eight DP1 SGLang servers (one per GPU)
@@ -14,24 +14,23 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+FIXTURES = ROOT / "tests" / "fixtures" / "sglang"  # recorded SGLang answers (data)
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
+from sglang_obs.core.sglang import SGLANG_PORT  # noqa: E402
 from sglang_obs.exporter.catalogue import METRICS, PREFIX  # noqa: E402
 from sglang_obs.exporter.collector import GpuCollector, GuardedCollector, SGLangCollector  # noqa: E402
 from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
 from sglang_obs.exporter.nvml import NvmlBackend  # noqa: E402
 from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
 from sglang_obs.exporter.xid import XidWatcher  # noqa: E402
-
-from fake_nvml import h200_machine  # noqa: E402
-from fake_sglang import FIXTURES, FakeSGLang, Route, json_route, text_route  # noqa: E402
+from sglang_obs.simulator.fake_nvml import h200_machine  # noqa: E402
+from sglang_obs.simulator.replay import FakeSGLang, Route, json_route, text_route  # noqa: E402
 
 GROUP = {spec.name: spec.group for spec in METRICS}
 
@@ -41,10 +40,10 @@ def server_routes(tp_size: int) -> dict[str, Route]:
     info = json.loads((FIXTURES / "server_info_0.5.12_seed.json").read_text())
     info.update(tp_size=tp_size, dp_size=1, version="0.5.23")
     return {
-        "/metrics": text_route("metrics_0.5.23_tp4.prom"),
-        "/v1/loads": json_route("v1_loads_0.5.23.json"),
+        "/metrics": text_route(FIXTURES / "metrics_0.5.23_tp4.prom"),
+        "/v1/loads": json_route(FIXTURES / "v1_loads_0.5.23.json"),
         "/server_info": Route(json.dumps(info).encode(), content_type="application/json"),
-        "/v1/models": json_route("v1_models_qwen3.json"),
+        "/v1/models": json_route(FIXTURES / "v1_models_qwen3.json"),
     }
 
 
@@ -55,7 +54,7 @@ def registry_for(tp_sizes: list[int]) -> tuple[CollectorRegistry, list[FakeSGLan
         servers.append(server)
         poller = TargetPoller(server.url, PollSettings(timeout=2.0),
                               clock=itertools.count(1000.0, 1.0).__next__)
-        poller.server = f"10.0.0.5:{30000 + i}"
+        poller.server = f"10.0.0.5:{SGLANG_PORT + i}"
         pollers.append(poller)
     for _ in range(3):
         for poller in pollers:

@@ -1,7 +1,7 @@
 """Every metric the exporter emits: name, type, labels, help. The single source of truth.
 
 The collector builds its families from these specs, docs/metrics.md is generated from them
-(`python -m sglang_obs.exporter.catalogue > docs/metrics.md`, kept fresh by a test), and the
+(`python -m sglang_obs.generate metrics`, kept fresh by a test), and the
 naming lint and the golden exposition test check them.
 """
 

@@ -17,7 +17,8 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from sglang_obs import __version__
-from sglang_obs.cli_support import OneLineParser
+from sglang_obs.core.cli_support import OneLineParser
+from sglang_obs.core.sglang import EXPORTER_PORT
 from sglang_obs.exporter.collector import (
     ContainerCollector,
     GpuCollector,
@@ -46,7 +47,7 @@ from sglang_obs.exporter.xid import XidWatcher
 
 log = logging.getLogger("sglang_obs.exporter")
 
-DEFAULT_LISTEN = ":9840"
+DEFAULT_LISTEN = f":{EXPORTER_PORT}"
 ENV_PREFIX = "SGLANG_OBS_"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
@@ -121,7 +122,7 @@ class _Parser(OneLineParser):
 
     hint = " (see --help)"
 
-    def flag(self, name, *, type=str, default=None, help, repeatable=False):  # noqa: A002
+    def flag(self, name, *, type=str, default=None, help, repeatable=False):
         """`default` is text, converted by `type` like a value from the command line."""
         env = env_name(name)
         raw = os.environ.get(env) or default
@@ -144,7 +145,7 @@ class _Parser(OneLineParser):
         if repeatable:
             self._env_lists[name] = value
 
-    def toggle(self, name, *, default, help):  # noqa: A002
+    def toggle(self, name, *, default, help):
         env = env_name(name)
         raw = os.environ.get(env)
         if raw:

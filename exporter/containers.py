@@ -110,7 +110,7 @@ class ContainerSource:
 def docker_client():
     """The Docker client from the environment, or None with one clear log line."""
     try:
-        import docker  # noqa: PLC0415 - optional at run time
+        import docker  # optional at run time
 
         client = docker.from_env(timeout=5)
         client.ping()

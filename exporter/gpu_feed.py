@@ -36,7 +36,7 @@ def real_gpu_count(pynvml_module: Any = None) -> int:
     try:
         nvml = pynvml_module
         if nvml is None:
-            import pynvml as nvml  # noqa: PLC0415 - optional at import time
+            import pynvml as nvml  # optional at import time
         nvml.nvmlInit()
     except Exception:  # no library, no driver, no device: that is the demo host
         return 0
@@ -66,22 +66,22 @@ class FeedNvml:
             raise RealGpuPresent("a real GPU is present: refusing the simulator's fake GPU feed")
 
         def fetch() -> list[dict[str, Any]]:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
                 return json.loads(resp.read(1 << 20))
 
         return cls(fetch)
 
     # -- the calls ---------------------------------------------------------------------------
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:  # pynvml's names
         self._cache = self._readings()
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self._cache = []
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self._cache)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         self._cache = self._readings() if index == 0 else self._cache
         return index
 
@@ -91,108 +91,108 @@ class FeedNvml:
             raise FeedGpuLost()
         return reading
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int):  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: int):
         util = round(self._gpu(handle)["utilization_ratio"] * 100)
         return _Struct(gpu=util, memory=util // 2)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None):  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None):
         g = self._gpu(handle)
         return _Struct(total=g["memory_total_bytes"], used=g["memory_used_bytes"],
                        free=g["memory_total_bytes"] - g["memory_used_bytes"], reserved=0)
 
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802 - milliwatts
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # milliwatts
         return int(self._gpu(handle)["power_watts"] * 1000)
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
         return int(self._gpu(handle)["power_limit_watts"] * 1000)
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802 - mJ
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # mJ
         return int(self._gpu(handle)["energy_joules"] * 1000)
 
-    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
         return int(self._gpu(handle)["temperature_celsius"])
 
-    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:  # noqa: N802 - MHz
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:  # MHz
         return int(self._gpu(handle)["sm_clock_hertz"] / 1e6)
 
-    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:
         return int(self._gpu(handle)["sm_clock_max_hertz"] / 1e6)
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
         g = self._gpu(handle)
         return self.NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN if g["thermal_throttle"] else 0
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
         return f"GPU-5151a000-0000-4000-8000-{handle:012d}"
 
-    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: int) -> str:
         return "Simulated GPU"
 
-    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[int]):  # noqa: N802
+    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[int]):
         """Only NVML_FI_DEV_MEMORY_TEMP (82): the HBM runs a little warmer than the GPU."""
         hbm = int(self._gpu(handle)["temperature_celsius"]) + 6
         return [_Struct(fieldId=f, nvmlReturn=0 if f == 82 else 3, valueType=1,
                         value=_Struct(uiVal=hbm)) for f in field_ids]
 
     # ECC, row remapping and PCIe of a healthy datacenter GPU: present, and clean.
-    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:
         return 0
 
-    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:  # noqa: N802
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
         return (0, 0, 0, 0)
 
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:
         return 5
 
-    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration  # noqa: N815
+    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
 
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:
         return 16
 
-    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth  # noqa: N815
+    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
 
-    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
         return 0
 
     # GPM (Hopper): activity ratios that follow the simulated utilisation.
     NVML_GPM_METRICS_GET_VERSION = 1
 
-    class c_nvmlGpmMetricsGet_t:  # noqa: N801 - pynvml's struct name
+    class c_nvmlGpmMetricsGet_t:  # pynvml's struct name
         def __init__(self):
             self.version = self.numMetrics = 0
             self.sample1 = self.sample2 = None
             self.metrics = [_Struct(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
 
-    def nvmlGpmQueryDeviceSupport(self, handle: int):  # noqa: N802
+    def nvmlGpmQueryDeviceSupport(self, handle: int):
         return _Struct(isSupportedDevice=1)
 
-    def nvmlGpmSampleAlloc(self):  # noqa: N802
+    def nvmlGpmSampleAlloc(self):
         return _Struct(util=0.0)
 
-    def nvmlGpmSampleGet(self, handle: int, sample) -> None:  # noqa: N802
+    def nvmlGpmSampleGet(self, handle: int, sample) -> None:
         sample.util = self._gpu(handle)["utilization_ratio"]
 
-    def nvmlGpmMetricsGet(self, request):  # noqa: N802
+    def nvmlGpmMetricsGet(self, request):
         share = {2: 1.0, 3: 0.6, 5: 0.7, 10: 0.5}  # SM active, occupancy, tensor, DRAM
         for m in request.metrics[:request.numMetrics]:
             m.value = 100 * request.sample2.util * share.get(m.metricId, 0.0)
         return request
 
-    def nvmlGpmSampleFree(self, sample) -> None:  # noqa: N802
+    def nvmlGpmSampleFree(self, sample) -> None:
         pass
 
     # The event API, as the Xid watcher uses it: each of a reading's Xid events is delivered
     # once, in the order of their times; with none pending the wait times out like NVML's.
-    def nvmlEventSetCreate(self) -> set:  # noqa: N802 - the delivered (uuid, time, xid)
+    def nvmlEventSetCreate(self) -> set:  # the delivered (uuid, time, xid)
         return set()
 
-    def nvmlDeviceGetSupportedEventTypes(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetSupportedEventTypes(self, handle: int) -> int:
         return XID_CRITICAL_ERROR
 
-    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: set) -> None:  # noqa: N802
+    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: set) -> None:
         pass
 
-    def nvmlEventSetWait(self, event_set: set, timeout_ms: int):  # noqa: N802
+    def nvmlEventSetWait(self, event_set: set, timeout_ms: int):
         readings = self._cache  # the sampler replaces it; read one version
         pending = sorted((float(at), index, int(xid)) for index, g in enumerate(readings)
                          for at, xid in g.get("xid_events", ()))
@@ -204,10 +204,10 @@ class FeedNvml:
         time.sleep(timeout_ms / 1000)
         raise FeedTimeout()
 
-    def nvmlEventSetFree(self, event_set: set) -> None:  # noqa: N802
+    def nvmlEventSetFree(self, event_set: set) -> None:
         event_set.clear()
 
-    def nvmlDeviceGetIndex(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetIndex(self, handle: int) -> int:
         return handle
 
 

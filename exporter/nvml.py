@@ -85,7 +85,7 @@ def _code(err: BaseException) -> int | None:
 class NvmlBackend:
     def __init__(self, nvml: Any = None, processes: bool = False):
         if nvml is None:
-            import pynvml as nvml  # noqa: PLC0415 - the one place pynvml is imported
+            import pynvml as nvml  # the one place pynvml is imported
         self.nvml = nvml
         self.processes = processes
         self.initialized = False

@@ -191,7 +191,7 @@ class TargetPoller:
         if self._on_poll is not None:
             try:
                 self._on_poll(started, snapshot)
-            except Exception:  # noqa: BLE001 - the page's history must not cost the metrics
+            except Exception:  # the page's history must not cost the metrics
                 if not self._on_poll_failed:
                     log.exception("%s: the glance page's history failed to take this poll "
                                   "(the metrics are not affected; later failures are not "
@@ -264,7 +264,7 @@ class TargetPoller:
         except PayloadError as err:
             self._failed(endpoint, "parse", str(err))
             return None
-        except Exception:  # noqa: BLE001 - a reader bug must cost this answer, not the cycle
+        except Exception:  # a reader bug must cost this answer, not the cycle
             self._failed(endpoint, "parse", "reader failed", bug=True)
             return None
         bad = getattr(result, "bad_fields", ())
@@ -289,7 +289,7 @@ class TargetPoller:
             self._drop_lines("malformed", err.malformed_lines, err.first_malformed)
             self._failed("metrics", "parse", f"/metrics: {err}")
             return None, True
-        except Exception:  # noqa: BLE001 - as in _read
+        except Exception:  # as in _read
             self._failed("metrics", "parse", "reader failed", bug=True)
             return None, True
         self._drop_lines("malformed", native.malformed_lines, native.first_malformed)

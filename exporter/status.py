@@ -5,7 +5,7 @@ by the HTTP worker that serves `/` or `/api/v1/status` (`StatusBoard.status`): n
 on the /metrics scrape path, and nothing is written to disk.
 
 **One classification.** The verdict is the recording rules' `instance:sglang_state:code`
-(sglang_obs/generate/rules.py `state_classes`): the same thresholds, read as data from the
+(sglang_obs/render/rules.py `state_classes`): the same thresholds, read as data from the
 `classification:` section of prometheus/thresholds.yml, and the same conditions in the same
 priority order — unavailable, kv_capacity, prefill_backlog, decode_contention,
 scheduling_bottleneck, idle, healthy. A value the exporter does not have makes its condition
@@ -36,9 +36,10 @@ from typing import Any
 
 import yaml
 
-from sglang_obs import __version__, config_dir
+from sglang_obs import __version__
+from sglang_obs.core import config_dir
+from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.exporter.poller import Snapshot
-from sglang_obs.states import STATE_COLOURS, STATES
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class ThresholdsError(ValueError):
 
 def default_thresholds_file() -> Path:
     """The thresholds.yml the shipped rules come from: $SGLANG_OBS_CONFIG_DIR, else the
-    checkout's, else the copy installed with the package (sglang_obs/config_dir.py)."""
+    checkout's, else the copy installed with the package (sglang_obs/core/config_dir.py)."""
     return config_dir.resolve() / "prometheus" / "thresholds.yml"
 
 

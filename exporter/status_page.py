@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from sglang_obs import __version__
+from sglang_obs.core.states import STATE_COLOURS
 from sglang_obs.exporter.status import (
     PATTERNS,
     TREND_SERIES,
@@ -34,7 +35,6 @@ from sglang_obs.exporter.status import (
     seconds,
     speed,
 )
-from sglang_obs.states import STATE_COLOURS
 
 log = logging.getLogger(__name__)
 
@@ -527,7 +527,7 @@ class GlancePages:
         if path in ("/", "/api/v1/status"):
             try:
                 body = self._body("page" if path == "/" else "json")
-            except Exception:  # noqa: BLE001 - a bug here costs the page, never the exporter
+            except Exception:  # a bug here costs the page, never the exporter
                 log.exception("the glance page failed")
                 return ("500 Internal Server Error",
                         [("Content-Type", "text/plain; charset=utf-8"), *SECURITY_HEADERS],

@@ -207,7 +207,7 @@ class _IPv6Server(_PooledServer):
 class _QuietHandler(WSGIRequestHandler):
     timeout = CONNECTION_TIMEOUT
 
-    def log_message(self, format, *args):  # noqa: A002 - one access line per scrape is noise
+    def log_message(self, format, *args):  # one access line per scrape is noise
         log.debug("%s %s", self.address_string(), format % args)
 
 

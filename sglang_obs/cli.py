@@ -17,7 +17,7 @@
                        (--before-pack DIR / --after-pack DIR: a side from a snapshot pack)
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
-failed (sglang_obs.cli_support).
+failed (sglang_obs.core.cli_support).
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import os
 import sys
 from pathlib import Path
 
-from sglang_obs import config_dir
-from sglang_obs.charts import MissingExtra
-from sglang_obs.cli_support import (
+from sglang_obs.core import config_dir
+from sglang_obs.core.cli_support import (
     Failure,
     OneLineParser,
     UsageError,
@@ -43,6 +42,8 @@ from sglang_obs.cli_support import (
     reason,
     report,
 )
+from sglang_obs.core.sglang import EXPORTER_ADDRESS
+from sglang_obs.tools.charts import MissingExtra
 
 PROG = "sglang-obs"
 
@@ -51,7 +52,7 @@ def _listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
-    return host or "0.0.0.0", int(port)  # noqa: S104 - the compose service listens on all
+    return host or "0.0.0.0", int(port)  # the compose service listens on all
 
 
 def _port_pin(text: str) -> tuple[str, int]:
@@ -174,7 +175,7 @@ def build_parser() -> OneLineParser:
     ship.add_argument("--host", required=True, help="the host's name (its `host` label)")
     ship.add_argument("--write-url", default="http://victoriametrics:8428/api/v1/write",
                       help="the central store's remote-write URL (Prometheus agent only)")
-    ship.add_argument("--exporter", default="exporter:9840", help="the exporter's address")
+    ship.add_argument("--exporter", default=EXPORTER_ADDRESS, help="the exporter's address")
     ship.add_argument("--self-address", help="where the shipper's own /metrics is")
     flags = fleet_sub.add_parser("shipper-flags", help="print vmagent's flags for one host")
     flags.add_argument("--config", default="/etc/vmagent/vmagent.yml")
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "snapshot":
-        from sglang_obs.tools.snapshot import take  # noqa: PLC0415
+        from sglang_obs.tools.snapshot import take
 
         if args.alerts_log:
             input_file("--alerts-log", args.alerts_log)
@@ -267,7 +268,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
         return 0
     if args.command == "fleet" or (args.command == "stack" and args.fleet is not None):
-        from sglang_obs.tools import fleet as fleet_module  # noqa: PLC0415
+        from sglang_obs.tools import fleet as fleet_module
 
         if args.command == "stack" or args.fleet_command == "up":
             return fleet_module.up(args)
@@ -275,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
             return fleet_module.main_shipper_config(args)
         return fleet_module.main_shipper_flags(args)
     if args.command == "compare":
-        from sglang_obs.tools import compare as compare_module  # noqa: PLC0415
+        from sglang_obs.tools import compare as compare_module
 
         doc, text = compare_module.run(
             args.prometheus, args.before, args.after, args.instance, args.after_instance,
@@ -288,13 +289,13 @@ def _run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         return 0
     if args.command == "stack":
-        from sglang_obs.tools import stack as stack_module  # noqa: PLC0415
+        from sglang_obs.tools import stack as stack_module
 
         if args.demo == []:
             args.demo = ["long-context-incident"]
         return stack_module.up(args)
     if args.command == "render-dashboard":
-        from sglang_obs.generate import render_dashboard  # noqa: PLC0415
+        from sglang_obs.generate import render_dashboard
 
         for path in render_dashboard.render_command(args.scenario, args.dashboard, args.out):
             print(path)
@@ -307,8 +308,19 @@ def _run(args: argparse.Namespace) -> int:
         from sglang_obs.tools import analyze_requests
 
         return analyze_requests.main(args.files, args.json, args.csv, args.top)
+    if args.command in ("detection", "rules", "kubernetes"):
+        return _generate(args)
+    return _alert_sink(args)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """The generators an operator runs on an edited configuration folder."""
+    from sglang_obs.generate import products
+    from sglang_obs.generate.__main__ import run
+    from sglang_obs.render.kubernetes import TranslationError
+
     if args.command == "detection":
-        from sglang_obs.generate import detection as detection_module
+        from sglang_obs.generate import detection
         from sglang_obs.simulator import scenario as scenarios
 
         for name in args.scenarios:
@@ -316,17 +328,22 @@ def _run(args: argparse.Namespace) -> int:
                 scenarios.load(name)
             except scenarios.ScenarioError as err:
                 raise UsageError(f"argument SCENARIO: {err}") from None
-        return detection_module.main(args.scenarios)
+        if args.scenarios:  # printed, not written
+            sys.stdout.write(detection.markdown([detection.detect(n) for n in args.scenarios],
+                                                detection.load_e2e()))
+            return 0
+        return run([products.BY_NAME["detection"]], check=False)
     if args.command == "rules":
-        from sglang_obs.generate import rules as rules_module
-
-        return rules_module.main(["--check"] if args.check else [])
-    if args.command == "kubernetes":
-        from sglang_obs.generate import kubernetes as kubernetes_module
-
-        return kubernetes_module.main((["--check"] if args.check else [])
-                                      + (["--out", args.out] if args.out else []))
-    return _alert_sink(args)
+        return run([products.BY_NAME["rules"]], args.check)
+    out = Path(args.out) if args.out else None
+    kube = products.Product("kubernetes", "", lambda: products.kubernetes(out))
+    try:
+        return run([kube], args.check)
+    except TranslationError as err:
+        raise Failure(str(err)) from None
+    except OSError as err:  # one line naming the folder, as every command's errors
+        raise Failure(f"--out {args.out}: cannot write {err.filename or ''} "
+                      f"({reason(err)})") from None
 
 
 def _alert_sink(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@
     sglang-sim what-if --pack DIR --set max_running_requests=10   (a sglang-obs snapshot pack)
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
-failed (sglang_obs.cli_support).
+failed (sglang_obs.core.cli_support).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from sglang_obs.cli_support import (
+from sglang_obs.core.cli_support import (
     Failure,
     OneLineParser,
     UsageError,
@@ -32,6 +32,7 @@ from sglang_obs.cli_support import (
     quiet_broken_pipe,
     report,
 )
+from sglang_obs.core.sglang import SGLANG_PORT
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel
 from sglang_obs.simulator.profiles import ALIASES, profile
@@ -83,8 +84,8 @@ def build_parser() -> OneLineParser:
     serve = sub.add_parser("serve", help="serve in real time (the default command)")
     _common(serve)
     serve.add_argument("--host", default="127.0.0.1", help="listen host (default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, default=30000,
-                       help="listen port (default 30000; 0: any free one)")
+    serve.add_argument("--port", type=_port, default=SGLANG_PORT,
+                       help=f"listen port (default {SGLANG_PORT}; 0: any free one)")
     serve.add_argument("--speed", type=positive(float, 0, inclusive=True), default=1.0,
                        help="simulated seconds per wall second (default 1)")
     serve.add_argument("--metrics-escaping", choices=["negotiate", "colon"], default="negotiate",
@@ -333,9 +334,9 @@ def _render(args, sc) -> int:
 
 
 def _what_if(args) -> int:
-    from sglang_obs.prometheus_api import Prometheus, PrometheusError  # noqa: PLC0415
-    from sglang_obs.simulator import what_if  # noqa: PLC0415
-    from sglang_obs.times import iso, parse_time  # noqa: PLC0415
+    from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+    from sglang_obs.core.times import iso, parse_time
+    from sglang_obs.simulator import what_if
 
     window = {"--prometheus": args.prometheus, "--start": args.start, "--end": args.end,
               "--step": args.step}

@@ -8,15 +8,12 @@ what-if's calibration against it (simulator/what_if.py).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
-from sglang_obs.generate.doc_blocks import replace_blocks
+from sglang_obs.core.doc_blocks import replace_blocks
 from sglang_obs.simulator import compare, what_if
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 
 PARAMETERS = {
     "model_name": "served model name (`model_name` label)",
@@ -82,13 +79,5 @@ BLOCKS = {
 }
 
 
-def render(text: str) -> str:
-    return replace_blocks(text, {name: make() for name, make in BLOCKS.items()}, DOC)
-
-
-if __name__ == "__main__":
-    current = DOC.read_text()
-    updated = render(current)
-    if "--check" in sys.argv:
-        raise SystemExit(0 if updated == current else f"{DOC} is stale: run make generate")
-    DOC.write_text(updated)
+def render(text: str, doc: Path) -> str:
+    return replace_blocks(text, {name: make() for name, make in BLOCKS.items()}, doc)

@@ -26,6 +26,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from sglang_obs.core.sglang import EXPORTER_ADDRESS, SGLANG_PORT
 from sglang_obs.exporter.collector import (
     ContainerCollector,
     GpuCollector,
@@ -54,7 +55,7 @@ from sglang_obs.simulator.simulation import Simulation
 
 SGLANG_JOB = "sglang"
 EXPORTER_JOB = "sglang-obs"
-EXPORTER_INSTANCE = "exporter:9840"
+EXPORTER_INSTANCE = EXPORTER_ADDRESS
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -96,7 +97,7 @@ def in_process_fetcher(app, lock: threading.Lock, up: Callable[[], bool]):
         environ = {"REQUEST_METHOD": "GET", "PATH_INFO": urllib.parse.urlsplit(url).path,
                    "QUERY_STRING": "",
                    "HTTP_ACCEPT": accept, "wsgi.input": io.BytesIO(), "SERVER_NAME": "sim",
-                   "SERVER_PORT": "30000", "wsgi.url_scheme": "http"}
+                   "SERVER_PORT": str(SGLANG_PORT), "wsgi.url_scheme": "http"}
         status: dict = {}
 
         def start_response(code, headers):
@@ -254,7 +255,7 @@ def _metrics_text(app) -> str:
     result: dict = {}
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "",
                "HTTP_ACCEPT": "text/plain", "wsgi.input": io.BytesIO(), "SERVER_NAME": "sim",
-               "SERVER_PORT": "30000", "wsgi.url_scheme": "http"}
+               "SERVER_PORT": str(SGLANG_PORT), "wsgi.url_scheme": "http"}
     body = b"".join(app(environ, lambda code, headers: result.setdefault("code", code)))
     return body.decode()
 

@@ -33,7 +33,7 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002
+    def log_message(self, format, *args):
         log.debug("%s %s", self.address_string(), format % args)
 
 

@@ -48,12 +48,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sglang_obs import pack
-from sglang_obs.cli_support import Failure, UsageError, pick_server
+from sglang_obs.core import pack
+from sglang_obs.core.cli_support import Failure, UsageError
+from sglang_obs.core.pack import pick_server
+from sglang_obs.core.times import iso
 from sglang_obs.simulator import compare
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel, ServerConfig
-from sglang_obs.times import iso
 
 SEGMENT_SECONDS = 300.0  # length distributions are estimated per segment of the window
 BIN_SECONDS = 60.0  # arrivals are counted per minute
@@ -125,7 +126,7 @@ class RenderedSource:
 
 
 class PrometheusSource:
-    """A window of a real Prometheus (sglang_obs.prometheus_api), one instance."""
+    """A window of a real Prometheus (sglang_obs.core.prometheus_api), one instance."""
 
     def __init__(self, prom, start: float, end: float, instance: str | None = None,
                  step: float = 15.0):
@@ -148,7 +149,7 @@ class PrometheusSource:
 
 
 class PackSource:
-    """A `sglang-obs snapshot` pack's load.json (sglang_obs.pack): the series PrometheusSource
+    """A `sglang-obs snapshot` pack's load.json (sglang_obs.core.pack): the series PrometheusSource
     would read over the pack's window, one instance."""
 
     def __init__(self, path, instance: str | None = None, flag: str = "--pack"):
@@ -698,7 +699,7 @@ CALIBRATION_CURRENT: dict[str, Any] = {}
 def calibration() -> tuple[Estimate, Replay, compare.Summary, compare.Summary]:
     """What-if on the incident's rendered series with seed 000's change, and the shipped
     incident and tuned scenarios simulated directly."""
-    from sglang_obs.simulator.render import render  # noqa: PLC0415  (the exporter, in-process)
+    from sglang_obs.simulator.render import render
 
     incident = scenarios.load("long-context-incident")
     rendered = render(incident, start=CALIBRATION_START)

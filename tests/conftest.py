@@ -11,12 +11,12 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
-from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
-from sglang_obs.generate.backfill import backfill, prometheus  # noqa: E402
-from sglang_obs.simulator import scenario as scenarios  # noqa: E402
+from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
+from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.generate.backfill import backfill, prometheus
+from sglang_obs.simulator import scenario as scenarios
 
-from fake_sglang import FakeSGLang  # noqa: E402
+from fake_sglang import FakeSGLang
 
 ROOT = Path(__file__).resolve().parent.parent
 

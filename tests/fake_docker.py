@@ -4,7 +4,7 @@ and exits (the same attrs shape the Docker API returns)."""
 from __future__ import annotations
 
 
-class NotFound(Exception):  # noqa: N818 - the docker SDK's name
+class NotFound(Exception):  # the docker SDK's name
     pass
 
 
@@ -45,7 +45,7 @@ class FakeContainers:
             raise NotFound(name)
         return self._client.by_name[name]
 
-    def list(self, all=False, filters=None):  # noqa: A002 - the SDK's argument name
+    def list(self, all=False, filters=None):  # the SDK's argument name
         wanted = (filters or {}).get("label", [])
         out = []
         for c in self._client.by_name.values():

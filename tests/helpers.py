@@ -1,5 +1,5 @@
 """The tests' shared helpers, one copy each: ports, waiting, a real Prometheus and queries to it
-(through the project's own client, sglang_obs.prometheus_api), golden files, and simulator
+(through the project's own client, sglang_obs.core.prometheus_api), golden files, and simulator
 renders computed once per test session."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from sglang_obs.core.prometheus_api import Prometheus
 from sglang_obs.exporter.log_follow import FileFollower
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.generate.backfill import prometheus
-from sglang_obs.prometheus_api import Prometheus
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render
 

@@ -8,11 +8,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_obs.core.states import STATES
 from sglang_obs.exporter.status import Classification, StatusBoard, load_classification
 from sglang_obs.generate import promtool_eval
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render
-from sglang_obs.states import STATES
 
 from conftest import require_binary
 

@@ -13,16 +13,18 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from matplotlib import dates  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+from matplotlib import dates
+from matplotlib.patches import Patch
 
-from sglang_obs import charts  # noqa: E402
-from sglang_obs.generate import render_dashboard as rd  # noqa: E402
-from sglang_obs.states import STATE_COLOURS, STATES  # noqa: E402
-from sglang_obs.times import iso  # noqa: E402
-from sglang_obs.tools import snapshot  # noqa: E402
+from sglang_obs.core.states import STATE_COLOURS, STATES
+from sglang_obs.core.times import iso
+from sglang_obs.generate import render_dashboard as rd
+from sglang_obs.tools import (
+    charts,
+    snapshot,
+)
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 END = T0 + 1200

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs import cli_support, pack
 from sglang_obs.cli import build_parser as obs_parser
+from sglang_obs.core import cli_support, pack
 from sglang_obs.exporter.cli import build_parser as exporter_parser
 from sglang_obs.simulator.cli import build_parser as sim_parser
 from sglang_obs.tools.compare import WindowData
@@ -407,10 +407,10 @@ def test_the_table_covers_every_subcommand():
 ])
 def test_a_server_that_cannot_be_chosen_is_one_line_naming_the_flag(servers, instance, message):
     with pytest.raises(cli_support.Failure) as err:
-        cli_support.pick_server(servers, instance, "--instance", "this window")
+        pack.pick_server(servers, instance, "--instance", "this window")
     assert str(err.value) == message
 
 
 def test_the_only_server_or_the_named_one_is_chosen():
-    assert cli_support.pick_server(["a:1"], None, "--instance", "this window") == "a:1"
-    assert cli_support.pick_server(["a:1", "b:2"], "b:2", "--instance", "this window") == "b:2"
+    assert pack.pick_server(["a:1"], None, "--instance", "this window") == "a:1"
+    assert pack.pick_server(["a:1", "b:2"], "b:2", "--instance", "this window") == "b:2"

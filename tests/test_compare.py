@@ -377,7 +377,7 @@ def test_docs_compare_md_examples_are_current(served):
     fresh = compare_example.render(committed, url, w)
     (masked_fresh, fresh_states), (masked_doc, doc_states) = _masked(fresh), _masked(committed)
     assert masked_fresh == masked_doc, \
-        "docs/compare.md is stale: run python -m sglang_obs.generate.compare_example"
+        "docs/compare.md is stale: run python -m sglang_obs.generate compare-example"
     assert fresh_states.keys() == doc_states.keys()
     assert len(doc_states) >= 4
     for state, (before, after) in doc_states.items():

@@ -1,6 +1,7 @@
 """The Grafana dashboards: generated, up to date, and linted as grafana/dashboard-linter would.
 
-- generation: deterministic, committed JSON current (`generate.py --check`), stale files reported;
+- generation: deterministic, committed JSON current (`python -m sglang_obs.generate --check
+  dashboards`), stale files reported;
 - dashboard-linter's key rules re-implemented on the committed JSON: the datasource variable
   first, every panel and target on `${datasource}`, no hard-coded datasource uid, title /
   description / unit on every panel, `$__rate_interval` in every rate (or `$__range` in a range
@@ -31,13 +32,14 @@ from helpers import rendered
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
 RULES_DIR = ROOT / "prometheus" / "rules"
-GENERATE = DASHBOARDS / "generate.py"
 sys.path.insert(0, str(DASHBOARDS))
 
 import dashlib  # noqa: E402
 
+from sglang_obs.core.states import STATES  # noqa: E402
 from sglang_obs.exporter.catalogue import METRICS  # noqa: E402
-from sglang_obs.states import STATES  # noqa: E402
+from sglang_obs.generate import products  # noqa: E402
+from sglang_obs.generate.__main__ import run  # noqa: E402
 
 from promql_text import innermost_call as _innermost_call  # noqa: E402
 from promql_text import matching_paren as _matching_paren  # noqa: E402
@@ -271,31 +273,30 @@ def test_generation_is_deterministic_and_committed(source):
     assert first == json.dumps(json.loads(first), sort_keys=True, indent=2) + "\n"
     committed = dashlib.json_path(source)
     assert committed.read_text() == first, (
-        f"stale: {committed.name}; run python grafana/dashboards/generate.py")
+        f"stale: {committed.name}; run python -m sglang_obs.generate dashboards")
 
 
 def test_generate_check_passes():
-    result = subprocess.run([sys.executable, str(GENERATE), "--check"], capture_output=True,
-                            text=True, cwd=ROOT, check=False)
+    result = subprocess.run([sys.executable, "-m", "sglang_obs.generate", "--check",
+                             "dashboards"], capture_output=True, text=True, cwd=ROOT, check=False)
     assert result.returncode == 0, result.stderr
 
 
-def test_generate_check_reports_stale_and_orphaned_files(tmp_path):
+def test_generate_check_reports_stale_and_orphaned_files(tmp_path, capsys):
     copy = tmp_path / "grafana" / "dashboards"
     copy.mkdir(parents=True)
     for path in DASHBOARDS.iterdir():
         if path.suffix in (".py", ".json"):
             shutil.copy(path, copy / path.name)
-    (tmp_path / "prometheus").symlink_to(ROOT / "prometheus")
-    (tmp_path / "sglang_obs").symlink_to(ROOT / "sglang_obs")
+    (tmp_path / "prometheus").symlink_to(ROOT / "prometheus")  # dashlib reads thresholds.yml
     (copy / "sglang-kv.json").write_text("{}\n")
     (copy / "old.json").write_text("{}\n")
-    result = subprocess.run([sys.executable, str(copy / "generate.py"), "--check"],
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 1
-    assert "sglang-kv.json" in result.stderr
-    assert "old.json" in result.stderr
-    assert "sglang-overview.json" not in result.stderr
+    copied = products.Product("dashboards", "", lambda: products.dashboards(copy))
+    assert run([copied], check=True) == 1
+    err = capsys.readouterr().err
+    assert "sglang-kv.json (stale)" in err
+    assert "old.json (not generated" in err
+    assert "sglang-overview.json" not in err
     assert (copy / "sglang-kv.json").read_text() == "{}\n", "--check must not write"
 
 

@@ -31,9 +31,10 @@ import urllib.request
 import pytest
 import yaml
 
-from sglang_obs.generate import fleet_timing, rules
+from sglang_obs.core.states import STATES
+from sglang_obs.generate import fleet_timing
 from sglang_obs.generate.render_dashboard import panels
-from sglang_obs.states import STATES
+from sglang_obs.render import rules
 from sglang_obs.tools.fleet import Fleet
 
 from conftest import ROOT, require_binary

@@ -13,7 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
-from sglang_obs.generate import detection, fleet_timing, rules, shipper
+from sglang_obs.generate import detection, fleet_timing
+from sglang_obs.generate.__main__ import main as generate_main
+from sglang_obs.render import rules, shipper
 from sglang_obs.tools import fleet
 
 from conftest import ROOT, require_binary
@@ -29,9 +31,9 @@ def _jobs(config: dict) -> dict[str, dict]:
 def test_committed_shipper_files_are_generated_from_prometheus_yml():
     for path, text in shipper.files().items():
         assert path.read_text() == text, (
-            f"{path.relative_to(ROOT)} drifted from prometheus.yml: python -m "
-            "sglang_obs.generate.shipper")
-    assert shipper.main(["--check"]) == 0
+            f"{path.relative_to(ROOT)} drifted from prometheus.yml: run make "
+            "generate")
+    assert generate_main(["--check", "shipper"]) == 0
 
 
 @pytest.mark.parametrize("flavour", ["vmagent", "prometheus-agent"])
@@ -140,7 +142,7 @@ def test_vmalert_variant_is_current_and_is_the_rules_without_the_dropped_fields(
     t = rules.load_thresholds()
     files = rules.vmalert_rule_files(t)
     for path, text in files.items():
-        assert path.read_text() == text, f"{path} stale: python -m sglang_obs.generate.rules"
+        assert path.read_text() == text, f"{path} stale: python -m sglang_obs.generate rules"
     assert sorted(p.name for p in rules.VMALERT_RULES_DIR.glob("*.yml")) == sorted(
         p.name for p in files), "a rule file vmalert would load that the generator no longer makes"
     # Prometheus' rules, file by file and group by group, in the order it evaluates them...
@@ -159,7 +161,7 @@ def test_vmalert_variant_is_current_and_is_the_rules_without_the_dropped_fields(
 
 # -- onset to page on the fleet path (docs/fleet.md) ---------------------------------------------
 def test_fleet_onset_to_page_block_is_current():
-    assert fleet_timing.main(["--check"]) == 0, "python -m sglang_obs.generate.fleet_timing"
+    assert generate_main(["--check", "fleet-timing"]) == 0, "run make generate"
 
 
 def test_the_fleet_budget_counts_one_evaluation_per_recorded_link():

@@ -11,7 +11,7 @@ import re
 import pytest
 import yaml
 
-from sglang_obs.generate import rules
+from sglang_obs.render import rules
 
 from conftest import ROOT
 

@@ -27,10 +27,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_obs import __version__, cli, config_dir
+from sglang_obs import __version__, cli
+from sglang_obs.core import config_dir
 from sglang_obs.exporter import catalogue
 from sglang_obs.exporter import cli as exporter_cli
-from sglang_obs.generate import kubernetes
+from sglang_obs.render import kubernetes
 
 from conftest import ROOT, require_binary
 from k8s_model import (
@@ -143,13 +144,13 @@ def test_committed_files_are_what_make_generate_writes():
 
 def test_check_reports_missing_stale_and_extra_files(tmp_path, capsys):
     out = tmp_path / "k8s"
-    assert kubernetes.main(["--check", "--out", str(out)]) == 1
-    assert kubernetes.main(["--out", str(out)]) == 0
-    assert kubernetes.main(["--check", "--out", str(out)]) == 0
+    assert cli.main(["kubernetes", "--check", "--out", str(out)]) == 1
+    assert cli.main(["kubernetes", "--out", str(out)]) == 0
+    assert cli.main(["kubernetes", "--check", "--out", str(out)]) == 0
     (out / "base" / "podmonitor-sglang.yaml").write_text("edited\n")
     (out / "base" / "left-over.yaml").write_text("{}\n")
     capsys.readouterr()
-    assert kubernetes.main(["--check", "--out", str(out)]) == 1
+    assert cli.main(["kubernetes", "--check", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "podmonitor-sglang.yaml (stale)" in err
     assert "left-over.yaml (not generated" in err

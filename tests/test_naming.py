@@ -36,7 +36,7 @@ def test_names_are_unique():
 def test_docs_metrics_md_is_generated_from_the_catalogue():
     committed = (ROOT / "docs" / "metrics.md").read_text()
     assert committed == render_markdown(), (
-        "docs/metrics.md is stale: run python -m sglang_obs.exporter.catalogue > docs/metrics.md")
+        "docs/metrics.md is stale: run python -m sglang_obs.generate metrics")
 
 
 def test_golden_exposition_passes_promtool_check_metrics():

@@ -1,4 +1,4 @@
-"""GPU metrics through NVML, on fake machines (tests/fake_nvml.py): an 8-GPU H200 node, a
+"""GPU metrics through NVML, on fake machines (simulator/fake_nvml.py): an 8-GPU H200 node, a
 consumer card, a MIG node, an old driver, no driver at all, GPUs lost and back, Xid events.
 
 The golden exposition of the H200 machine is tests/fixtures/gpu_h200_golden.prom (rewrite it
@@ -22,9 +22,7 @@ from sglang_obs.exporter.collector import GpuCollector
 from sglang_obs.exporter.gpu import GpuSampler
 from sglang_obs.exporter.nvml import NvmlBackend
 from sglang_obs.exporter.xid import XidWatcher
-
-from conftest import ROOT
-from fake_nvml import (
+from sglang_obs.simulator.fake_nvml import (
     GPM_ANY_TENSOR_UTIL,
     FakeGpu,
     FakeNvml,
@@ -37,6 +35,8 @@ from fake_nvml import (
     old_driver_machine,
     uuid_for,
 )
+
+from conftest import ROOT
 from helpers import assert_matches_golden, wait_for
 
 GOLDEN = ROOT / "tests" / "fixtures" / "gpu_h200_golden.prom"

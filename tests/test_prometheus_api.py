@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_obs.prometheus_api import EXCERPT, MAX_POINTS, Prometheus, PrometheusError
+from sglang_obs.core.prometheus_api import EXCERPT, MAX_POINTS, Prometheus, PrometheusError
 from sglang_obs.tools.snapshot import SnapshotError, take
 
 from fake_sglang import Route
@@ -22,7 +22,7 @@ def fake_prometheus():
     asked = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             url = urllib.parse.urlsplit(self.path)
             params = {k: float(v[0]) if k != "query" else v[0]
                       for k, v in urllib.parse.parse_qs(url.query).items()}

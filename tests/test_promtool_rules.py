@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_obs.generate import rules
+from sglang_obs.render import rules
 
 from conftest import ROOT, require_binary
 from promql_text import innermost_call as _innermost_call

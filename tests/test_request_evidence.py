@@ -23,14 +23,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from sglang_obs.exporter.request_records import Record, parse_record  # noqa: E402
-from sglang_obs.simulator import scenario as scenarios  # noqa: E402
-from sglang_obs.simulator.profiles import profile  # noqa: E402
-from sglang_obs.simulator.records import RecordFiles, RecordSink, line  # noqa: E402
-from sglang_obs.simulator.simulation import Simulation  # noqa: E402
-from sglang_obs.tools.analyze_requests import analyze  # noqa: E402
+from sglang_obs.exporter.request_records import Record, parse_record
+from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.profiles import profile
+from sglang_obs.simulator.records import RecordFiles, RecordSink, line
+from sglang_obs.simulator.simulation import Simulation
+from sglang_obs.tools.analyze_requests import analyze
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT
 
 START = 1_764_400_000.0
 WITH_CHAT = ROOT / "tests/fixtures/scenarios/long-context-incident-with-chat.yaml"
@@ -149,7 +149,7 @@ def test_short_requests_queue_behind_the_backlog_but_do_not_pay_its_prefill(with
 
 @pytest.mark.slow  # backfilled Prometheus TSDBs (the incident's is shared with the dashboards)
 def test_the_recorded_p95_per_class_shows_it_too(backfilled):
-    from helpers import query_range  # noqa: PLC0415
+    from helpers import query_range
 
     rule = "instance_model_prompt_class:sglang_obs_request_ttft_seconds:p95_5m"
     peaks = {}

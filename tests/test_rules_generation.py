@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_obs.generate import detection, rules
+from sglang_obs.generate import detection
+from sglang_obs.render import rules
 from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary

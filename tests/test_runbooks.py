@@ -6,8 +6,10 @@ import re
 import pytest
 import yaml
 
-from sglang_obs.generate import rules, runbooks
-from sglang_obs.generate.doc_blocks import DocBlockError
+from sglang_obs.core.doc_blocks import DocBlockError
+from sglang_obs.generate import products
+from sglang_obs.generate.__main__ import main as generate_main
+from sglang_obs.render import rules, runbooks
 
 from conftest import ROOT
 
@@ -26,7 +28,8 @@ def _github_anchor(heading: str) -> str:
 
 
 def test_the_checkout_regenerates_its_runbook():
-    assert runbooks.DOC == DOC
+    files, _ = products.rules()
+    assert DOC in files
 
 
 def test_committed_runbook_is_the_rendering_of_the_committed_thresholds():
@@ -57,12 +60,12 @@ def test_a_changed_threshold_reaches_the_runbook_where_the_old_one_was():
 def test_rules_check_reports_a_stale_runbook(tmp_path, monkeypatch, capsys):
     stale = tmp_path / "runbooks.md"
     stale.write_text(DOC.read_text().replace("KV occupancy < 0.8", "KV occupancy < 0.5"))
-    monkeypatch.setattr(runbooks, "DOC", stale)
-    assert rules.main(["--check"]) == 1
-    assert f"stale: {stale}" in capsys.readouterr().err
+    monkeypatch.setattr(products, "_docs", lambda: tmp_path)
+    assert generate_main(["--check", "rules"]) == 1
+    assert f"rules: {stale} (stale)" in capsys.readouterr().err
     # Without a checkout's docs/ (an installed wheel) only the rule files are checked.
-    monkeypatch.setattr(runbooks, "DOC", None)
-    assert rules.main(["--check"]) == 0
+    monkeypatch.setattr(products, "_docs", lambda: tmp_path / "no-docs")
+    assert generate_main(["--check", "rules"]) == 0
 
 
 def test_a_block_without_a_generator_or_a_generator_without_a_block_fails():
@@ -90,3 +93,15 @@ def test_every_alert_has_a_section_at_its_runbook_url():
 def test_every_alert_section_is_an_alert():
     sections = set(re.findall(r"^## (.+)$", DOC.read_text(), re.M))
     assert sections == {alert["alert"] for alert in _alerts_in_rule_files()}
+
+
+def test_the_alerting_guide_quotes_the_rules_join_as_they_write_it():
+    """docs/alerting.md quotes the symptoms' `unless on (...)` clause: the rules' labels, with
+    the window W standing for each alert's own."""
+    guide = (ROOT / "docs" / "alerting.md").read_text()
+    rules_text = "".join(p.read_text() for p in (ROOT / "prometheus" / "rules").glob("*.yml"))
+    quoted = re.findall(r"`(unless on \([^)]*\) \(max_over_time\([^`]*\[W\]\) == 1\))`", guide)
+    assert quoted
+    for clause in quoted:
+        pattern = re.escape(clause).replace(re.escape("[W]"), r"\[\w+\]")
+        assert re.search(pattern, rules_text), clause

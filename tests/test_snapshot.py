@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs import pack
-from sglang_obs.prometheus_api import MAX_POINTS, Prometheus
+from sglang_obs.core import pack
+from sglang_obs.core.prometheus_api import MAX_POINTS, Prometheus
+from sglang_obs.core.times import parse_time
 from sglang_obs.simulator import scenario as scenarios
-from sglang_obs.times import parse_time
 from sglang_obs.tools import compare
 from sglang_obs.tools.snapshot import CSV_HEADER
 

@@ -22,7 +22,7 @@ PARTS = ("alert-sink", "prometheus", "exporter", "sglang-sim-0")
 
 
 class _AnswersEverything(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):  # http.server's name
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()

@@ -35,7 +35,8 @@ from sglang_obs.exporter.status import (
 )
 from sglang_obs.exporter.status_page import CSP, GlancePages, status_json
 from sglang_obs.exporter.web import Exposition, make_app, serve
-from sglang_obs.generate import detection, rules
+from sglang_obs.generate import detection
+from sglang_obs.render import rules
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import in_process_fetcher
 from sglang_obs.simulator.server import make_app as sim_app

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_obs import pack
-from sglang_obs.cli_support import UsageError
-from sglang_obs.prometheus_api import Prometheus
+from sglang_obs.core import pack
+from sglang_obs.core.cli_support import UsageError
+from sglang_obs.core.prometheus_api import Prometheus
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator import what_if
 from sglang_obs.simulator.render import Rendered
@@ -219,7 +219,7 @@ class Recording:
 
 def test_a_pack_holds_every_series_the_estimate_asks_for_on_either_path():
     """With and without the token histograms (the estimate's two paths), and every candidate
-    series of every server argument: a request missing from sglang_obs.pack.LOAD_SERIES would
+    series of every server argument: a request missing from sglang_obs.core.pack.LOAD_SERIES would
     be missing from every snapshot pack."""
     bare = _known_window()
     bare.series = {k: v for k, v in bare.series.items() if "tokens_histogram" not in k[0]}

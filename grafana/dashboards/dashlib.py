@@ -12,7 +12,7 @@ Conventions every panel follows (and tests/test_dashboards.py checks on the gene
   intervalFactor 1, and uses `$__rate_interval` in rate/increase (`$__range` for range summaries);
 - divisions are guarded as `num / (den > 0)`, so an idle period shows no value instead of NaN;
 - SLO and classification thresholds come from prometheus/thresholds.yml, state names and codes
-  from sglang_obs.states.STATES: one source for rules, alerts and dashboards;
+  from sglang_obs.core.states.STATES: one source for rules, alerts and dashboards;
 - SGLang's series are written with the `sglang:` spelling (prometheus.yml renames `sglang_` back),
   aggregated across ranks as sum over dp_rank of max over the TP/PP copies (sglang.md §3).
 """
@@ -45,8 +45,8 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from sglang_obs.generate.rules import SERVING_ENDPOINTS
-from sglang_obs.states import STATE_COLOURS, STATES
+from sglang_obs.core.sglang import SERVING_ENDPOINTS
+from sglang_obs.core.states import STATE_COLOURS, STATES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -98,7 +98,7 @@ TOKENS_PER_S = "count:tok/s"
 DATE = "dateTimeAsIso"
 
 # -- state classification ----------------------------------------------------------------------
-# The states' own colours (sglang_obs.states), so that Grafana, render-dashboard and snapshot
+# The states' own colours (sglang_obs.core.states), so that Grafana, render-dashboard and snapshot
 # charts draw each state alike.
 STATE_COLORS = dict(STATE_COLOURS)
 assert set(STATE_COLORS) == set(STATES), "a state without a colour (or a stale one)"

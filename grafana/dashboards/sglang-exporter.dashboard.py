@@ -7,7 +7,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dashlib as d  # noqa: E402
+import dashlib as d
 
 SELF = d.EXPORTER_SELF
 

@@ -10,7 +10,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dashlib as d  # noqa: E402
+import dashlib as d
 
 W = d.WHERE
 PER_SERVER = "cluster, host, instance"

@@ -10,7 +10,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dashlib as d  # noqa: E402
+import dashlib as d
 
 KV_HIGH = float(d.CLASSIFY["kv_occupancy_ratio"])
 KV_NOT_HIGH = float(d.CLASSIFY["scheduling_kv_ratio_below"])

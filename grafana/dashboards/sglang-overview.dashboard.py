@@ -15,7 +15,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dashlib as d  # noqa: E402
+import dashlib as d
 
 TTFT_LE, ITL_LE = d.slo_le("ttft"), d.slo_le("itl")
 QUEUE_S = float(d.CLASSIFY["scheduling_queue_seconds"])
@@ -45,7 +45,7 @@ def attainment(name: str, histogram: str, label: str):
 state = [
     d.stat("State now",
            "The classified state of each server now (instance:sglang_state:code; codes and "
-           "names from sglang_obs.states.STATES).",
+           "names from sglang_obs.core.states.STATES).",
            [(f"max by (instance) (instance:sglang_state:code{{{d.INST}}})", "{{instance}}")],
            d.NONE, w=6, h=6, mappings=d.state_mappings(), graph=False, background=True,
            text_mode="value_and_name"),

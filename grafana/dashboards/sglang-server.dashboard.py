@@ -7,7 +7,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dashlib as d  # noqa: E402
+import dashlib as d
 
 CONFIG_LABELS = ("version", "tp_size", "dp_size", "pp_size", "schedule_policy", "kv_cache_dtype",
                  "speculative_algorithm", "mixed_chunk", "disaggregation_mode")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs import config_dir
+from sglang_obs.core import config_dir
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render, write_openmetrics, write_promtool_series
 
@@ -169,7 +169,7 @@ def _promtool_seconds(text: str) -> float:
 def firing_alerts(rendered: Rendered, workdir: Path) -> dict[tuple, set[int]]:
     """{ALERTS labels (alertstate="firing", no __name__): the steps it fired at}: the shipped
     rule files evaluated by promtool over `rendered` from its first step, every step."""
-    from sglang_obs.generate import promtool_eval  # noqa: PLC0415 - it reads the rule tables
+    from sglang_obs.generate import promtool_eval  # it reads the rule tables
 
     series_file = workdir / "alerts.series.yml"
     write_promtool_series(rendered, series_file)

@@ -11,15 +11,13 @@ the next (the bootstrap is seeded).
 from __future__ import annotations
 
 import contextlib
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from sglang_obs import config_dir
+from sglang_obs.core import config_dir
+from sglang_obs.core.doc_blocks import replace_blocks
+from sglang_obs.core.times import parse_time
 from sglang_obs.generate.backfill import backfill, prometheus
-from sglang_obs.generate.doc_blocks import replace_blocks
-from sglang_obs.times import parse_time
 from sglang_obs.tools.compare import run
 
 DOC = (config_dir.checkout() or Path.cwd()) / "docs" / "compare.md"
@@ -60,22 +58,3 @@ def blocks(url: str, windows: dict[str, tuple[str, str]]) -> dict[str, str]:
 
 def render(text: str, url: str, windows: dict[str, tuple[str, str]]) -> str:
     return replace_blocks(text, blocks(url, windows), DOC)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with tempfile.TemporaryDirectory() as tmp, served(Path(tmp) / "data") as (url, windows):
-        new = render(DOC.read_text(), url, windows)
-    if "--check" in argv:
-        if new != DOC.read_text():
-            print(f"{DOC} is stale: run python -m sglang_obs.generate.compare_example",
-                  file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    print(DOC)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

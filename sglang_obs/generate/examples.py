@@ -11,47 +11,28 @@ run to the next.
 
 from __future__ import annotations
 
-import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from sglang_obs import config_dir
+from sglang_obs.core.times import parse_time
 from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.generate.render_dashboard import DASHBOARDS, render_pngs
-from sglang_obs.times import parse_time
 from sglang_obs.tools.snapshot import take
 
-DOCS = (config_dir.checkout() or Path.cwd()) / "docs"
 END = parse_time("2026-11-29T11:00:00Z")
 INCIDENT = "long-context-incident"
-SNAPSHOT = DOCS / "examples" / f"snapshot-{INCIDENT}"
 
 
-def overviews() -> list[Path]:
+def overviews(images: Path) -> list[Path]:
+    """overview-<scenario>.png for the incident and a healthy server, into `images`."""
     overview = DASHBOARDS / "sglang-overview.json"
-    return [render_pngs(name, [(overview, DOCS / "images" / f"overview-{name}.png")],
-                        end=END)[0] for name in (INCIDENT, "healthy")]
+    return [render_pngs(name, [(overview, images / f"overview-{name}.png")], end=END)[0]
+            for name in (INCIDENT, "healthy")]
 
 
-def snapshot_pack() -> list[Path]:
+def snapshot_pack(out: Path) -> None:
+    """`sglang-obs snapshot` of the incident's backfill (with its ALERTS), into `out` (new)."""
     with tempfile.TemporaryDirectory() as tmp:
         b = backfill(INCIDENT, Path(tmp) / "data", end=END, alerts=True)
-        pack = Path(tmp) / "pack"
         with prometheus(b.data, retention="10y") as url:
-            take(url, str(b.start), str(b.end), pack)
-        shutil.rmtree(SNAPSHOT, ignore_errors=True)
-        shutil.copytree(pack, SNAPSHOT)
-    return sorted(SNAPSHOT.iterdir())
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    written = ([] if "--snapshot-only" in argv else overviews()) + snapshot_pack()
-    for path in written:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            take(url, str(b.start), str(b.end), out)

@@ -7,19 +7,20 @@ them from there: in its one group (rules.VMALERT_FILE) each rule reads what the 
 evaluation wrote. So every recorded series on a signal's path from the raw sample to the alert
 costs one evaluation interval on the fleet, where on one host the whole recording group costs one.
 
-`python -m sglang_obs.generate.fleet_timing` rewrites the block; `--check` compares.
+`python -m sglang_obs.generate fleet-timing` rewrites the block; `--check` compares.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_obs.generate import detection, doc_blocks, rules
-from sglang_obs.generate.shipper import vmagent_command
+from sglang_obs.core import doc_blocks
+from sglang_obs.generate import detection
+from sglang_obs.render import rules
+from sglang_obs.render.shipper import vmagent_command
 
 FLEET_DOC = detection.DOCS / "fleet.md"
 FLEET_E2E = detection.DOCS / "fleet-e2e.json"
@@ -123,14 +124,8 @@ def block(b: dict[str, FleetBudget], one_host: dict[str, detection.Budget],
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def render(text: str) -> str:
+    """docs/fleet.md with its budget block rendered."""
     one_host = detection.budgets()
-    fresh = doc_blocks.replace_blocks(
-        FLEET_DOC.read_text(), {BLOCK: block(budgets(single=one_host), one_host, load_e2e())},
-        FLEET_DOC)
-    return doc_blocks.write_or_check(FLEET_DOC, fresh, argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return doc_blocks.replace_blocks(
+        text, {BLOCK: block(budgets(single=one_host), one_host, load_e2e())}, FLEET_DOC)

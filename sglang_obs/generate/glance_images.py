@@ -1,5 +1,5 @@
 """docs/images/glance-*.png: the glance page in Chromium, for a simulated scenario replayed
-faster than real time. `python -m sglang_obs.generate.glance_images` redraws them (needs
+faster than real time. `python -m sglang_obs.generate glance-images` redraws them (needs
 chromium; not part of `make generate`, since a browser's pixels vary across releases).
 
 Each scenario is rendered (simulator.render) with a StatusBoard fed by the render's own poller,
@@ -12,14 +12,11 @@ The clock is the scenario's, from START (shown in UTC).
 from __future__ import annotations
 
 import copy
-import os
-import sys
-import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from sglang_obs import config_dir
+from sglang_obs.core import config_dir
 from sglang_obs.exporter.status import StatusBoard, load_classification
 from sglang_obs.exporter.status_page import GlancePages
 from sglang_obs.exporter.web import Exposition, make_app, serve
@@ -92,18 +89,10 @@ def photograph(status: dict, stem: str, out: Path, browser: Browser) -> list[Pat
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    out = Path(argv[0]) if argv else IMAGES
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ["TZ"] = "UTC"
-    time.tzset()
+def photograph_all(out: Path) -> list[Path]:
+    """Every shot of SHOTS, wide and phone, into `out`."""
+    written = []
     with Browser() as browser:
         for name, at, stem in SHOTS:
-            for path in photograph(capture(name, at), stem, out, browser):
-                print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            written += photograph(capture(name, at), stem, out, browser)
+    return written

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.generate import rules
+from sglang_obs.render import rules
 
 # Recording rules before the alerts that read them; promtool otherwise evaluates the groups in
 # a random order at each step, and an alert may see the previous step's recorded values.

@@ -12,13 +12,12 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import yaml
 
-from sglang_obs import config_dir
-from sglang_obs.generate.doc_blocks import replace_blocks, write_or_check
+from sglang_obs.core import config_dir
+from sglang_obs.core.doc_blocks import replace_blocks
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools import stack
 
@@ -103,7 +102,7 @@ def snapshot_example() -> str:
 
 
 def detection_timings() -> str:
-    from sglang_obs.generate import detection  # noqa: PLC0415 - promtool tables not needed here
+    from sglang_obs.generate import detection  # promtool tables not needed here
 
     e2e = detection.load_e2e()
     if not e2e:
@@ -146,12 +145,3 @@ def blocks() -> dict[str, str]:
 
 def render(text: str) -> str:
     return replace_blocks(text, blocks(), DOC)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    return write_or_check(DOC, render(DOC.read_text()), argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_obs import charts, config_dir
-from sglang_obs.cli_support import Failure, UsageError, folder, input_file, output_file
+from sglang_obs.core import config_dir
+from sglang_obs.core.cli_support import Failure, UsageError, folder, input_file, output_file
+from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.states import STATE_COLOURS
 from sglang_obs.generate.backfill import STEP, BackfillError, backfill, prometheus
-from sglang_obs.prometheus_api import Prometheus, PrometheusError
-from sglang_obs.states import STATE_COLOURS
+from sglang_obs.tools import charts
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -90,7 +91,7 @@ def panel_series(url: str, panel: dict, start: float, end: float) -> list[Series
 # -- what a panel is drawn as ----------------------------------------------------------------
 def value_mappings(panel: dict) -> dict[int, tuple[str, str]]:
     """{value: (text, colour)} of the panel's value mappings; colours of state names are the
-    states' own (sglang_obs.states), others Grafana's named ones."""
+    states' own (sglang_obs.core.states), others Grafana's named ones."""
     out = {}
     defaults = (panel.get("fieldConfig") or {}).get("defaults") or {}
     for mapping in defaults.get("mappings") or []:
@@ -208,7 +209,7 @@ def resolve_dashboard(text: str) -> Path:
 
 def render_command(scenario: str, dashboards: list[str] | None, out: str) -> list[Path]:
     """What `sglang-obs render-dashboard` does: the PNGs written."""
-    from sglang_obs.simulator import scenario as scenarios  # noqa: PLC0415
+    from sglang_obs.simulator import scenario as scenarios
 
     try:
         scenarios.load(scenario)

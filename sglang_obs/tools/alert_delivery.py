@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs import config_dir
+from sglang_obs.core import config_dir
 
 VERDICTS = ("notified", "not_notified", "flickered", "inhibited", "not_routed", "silenced")
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"?(.*?)"?\s*$')
@@ -264,7 +264,7 @@ def describe(alert: dict) -> str:
     if verdict == "notified":
         when = ""
         if d.get("first_notified_at"):
-            from datetime import datetime, timezone  # noqa: PLC0415
+            from datetime import datetime, timezone
 
             when = " at " + datetime.fromtimestamp(
                 d["first_notified_at"], tz=timezone.utc).strftime("%H:%M:%S")

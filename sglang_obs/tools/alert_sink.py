@@ -62,7 +62,7 @@ REASONS = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            414: "URI Too Long"}
 
 
-class Reject(Exception):  # noqa: N818 - an answer, not a failure of the sink
+class Reject(Exception):  # an answer, not a failure of the sink
     """Answer `code` with `reason` (one log line, no traceback)."""
 
     def __init__(self, code: int, reason: str):
@@ -257,14 +257,14 @@ class AlertSink:
                 await _linger(reader, writer)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass  # the client went away
-        except Exception as err:  # noqa: BLE001 - one line, never a traceback, keep serving
+        except Exception as err:  # one line, never a traceback, keep serving
             log.error("alert sink: %s from %s: %s", type(err).__name__, _peer(writer), err)
         finally:
             self._connections -= 1
             writer.close()
             try:  # a client that reads nothing does not hold the connection either
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 writer.transport.abort()
 
     async def _exchange(self, reader: asyncio.StreamReader,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sglang_obs.cli_support import Failure, output_file, report
+from sglang_obs.core.cli_support import Failure, output_file, report
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, ParsedLine, parse_line
 
 SCHEMA_VERSION = 1

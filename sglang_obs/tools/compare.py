@@ -1,5 +1,5 @@
 """`sglang-obs compare`: did the change help? Two windows of one server (or two servers), side by
-side, from Prometheus or from snapshot packs (their windows.json: sglang_obs.pack).
+side, from Prometheus or from snapshot packs (their windows.json: sglang_obs.core.pack).
 
 - the effective configuration of each window (the exporter's sglang_obs_server_config_info
   labels and sglang_obs_config_* gauges) and which arguments changed, and when;
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs import cli_support, config_dir, pack
-from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
-from sglang_obs.prometheus_api import Prometheus, PrometheusError
-from sglang_obs.states import STATE_COLOURS, STATES
-from sglang_obs.times import iso, parse_time
+from sglang_obs.core import config_dir, pack
+from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
+from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.states import STATE_COLOURS, STATES
+from sglang_obs.core.times import iso, parse_time
 
 SCHEMA_VERSION = 1
 MINUTE = 60.0
@@ -504,7 +504,7 @@ def _share(seconds: float, all_states: dict[str, float]) -> str:
 def figure(doc: dict, before: WindowData, after: WindowData):
     """compare.png: the prompt-length mix, the TTFT distribution and the time in each state,
     before and after side by side."""
-    from sglang_obs.charts import pyplot  # noqa: PLC0415
+    from sglang_obs.tools.charts import pyplot
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
@@ -589,7 +589,7 @@ def read_pack(flag: str, path: Path, instance: str | None, instance_flag: str) -
     if end - start < MIN_MINUTES * MINUTE:
         raise CompareUsageError(f"{flag} {path}: the pack's window is {end - start:.0f} s; "
                                 f"compare needs at least {MIN_MINUTES} whole minutes")
-    server = cli_support.pick_server(sorted(doc["servers"]), instance, instance_flag,
+    server = pack.pick_server(sorted(doc["servers"]), instance, instance_flag,
                                      f"the pack {flag} {path}", pack.PackError)
     return WindowData.from_dict(doc["servers"][server], source=f"snapshot pack {path}")
 
@@ -616,7 +616,7 @@ def pick_server(prom: Prometheus, w: Window, instance: str | None, flag: str) ->
         raise CompareError(f"{w.flag}: no data between {iso(w.start)} and {iso(w.end)} in "
                            f"--prometheus {prom.url}: the window is empty, beyond retention, or "
                            "the recording rules are not loaded (prometheus/rules/sglang.rules.yml)")
-    return cli_support.pick_server(servers, instance, flag, f"the {w.flag} window",
+    return pack.pick_server(servers, instance, flag, f"the {w.flag} window",
                                    CompareError)
 
 
@@ -804,7 +804,7 @@ def run(prometheus_url: str, before: Sequence[str] | None, after: Sequence[str] 
             (out / "report.md").write_text(text + "\n![compare.png](compare.png)\n")
             fig = figure(doc, data_b, data_a)
             fig.savefig(out / "compare.png", dpi=80)
-            from sglang_obs.charts import pyplot  # noqa: PLC0415
+            from sglang_obs.tools.charts import pyplot
 
             pyplot().close(fig)
         return doc, text

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.cli_support import folder
-from sglang_obs.generate import rules, shipper
+from sglang_obs.core.cli_support import folder
+from sglang_obs.core.sglang import EXPORTER_ADDRESS
+from sglang_obs.render import rules, shipper
 from sglang_obs.tools.stack import BIN, ROOT, Component, NativeStack, StackError, _which
 
 INCIDENT = "long-context-incident"
@@ -197,7 +198,7 @@ def free_ports(count: int) -> list[int]:
 def _rewrite(prom: dict, h: FleetHost) -> dict:
     """prometheus.yml with the compose addresses of this host's exporter rewritten."""
     text = yaml.safe_dump(prom, sort_keys=False).replace(
-        "exporter:9840", f"127.0.0.1:{h.exporter_port}")
+        EXPORTER_ADDRESS, f"127.0.0.1:{h.exporter_port}")
     return yaml.safe_load(text)
 
 
@@ -262,10 +263,10 @@ def up(args) -> int:
 
 
 def shipper_config_text(flavour: str, cluster: str, host: str, write_url: str,
-                        exporter: str = "exporter:9840", self_address: str | None = None) -> str:
+                        exporter: str = EXPORTER_ADDRESS, self_address: str | None = None) -> str:
     """One host's shipper configuration, as `sglang-obs fleet shipper-config` prints it."""
     prom = yaml.safe_load(shipper.PROMETHEUS_YML.read_text())
-    prom = yaml.safe_load(yaml.safe_dump(prom, sort_keys=False).replace("exporter:9840",
+    prom = yaml.safe_load(yaml.safe_dump(prom, sort_keys=False).replace(EXPORTER_ADDRESS,
                                                                          exporter))
     if flavour == "prometheus-agent":
         config = shipper.agent_config(prom, cluster, host, write_url)

@@ -8,10 +8,10 @@ Queries Prometheus over a window and writes, into one folder:
 - report.md    a one-page summary in seed 000's order: faults first, then prefill vs decode,
                then the cause; plus PNG charts;
 - windows.json, load.json  what `sglang-obs compare --before-pack` and `sglang-sim what-if
-               --pack` read instead of Prometheus (sglang_obs.pack).
+               --pack` read instead of Prometheus (sglang_obs.core.pack).
 Queries use the recording rules (the same state classification as alerts and dashboards) and
 are split into chunks under Prometheus's 11,000-points-per-series limit by the project's one
-query client, sglang_obs.prometheus_api. No prompt or request text exists in Prometheus, so
+query client, sglang_obs.core.prometheus_api. No prompt or request text exists in Prometheus, so
 none can reach the pack.
 """
 
@@ -25,14 +25,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_obs import pack
-from sglang_obs.charts import pyplot
-from sglang_obs.cli_support import Failure, UsageError, new_folder, restore_folder
-from sglang_obs.prometheus_api import Prometheus, PrometheusError
-from sglang_obs.states import STATE_COLOURS, STATES
-from sglang_obs.times import iso, parse_time
+from sglang_obs.core import pack
+from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
+from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.states import STATE_COLOURS, STATES
+from sglang_obs.core.times import iso, parse_time
 from sglang_obs.tools import alert_delivery as delivery
 from sglang_obs.tools import compare
+from sglang_obs.tools.charts import pyplot
 
 SCHEMA_VERSION = 1
 BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
@@ -64,7 +64,7 @@ CSV_HEADER = ["timestamp", "time", "instance", *COLUMNS, *GPU_COLUMNS]
 
 class SnapshotError(Failure):
     """A snapshot that cannot be taken (exit 1); the message says why and names the argument.
-    A Prometheus that cannot be asked (sglang_obs.prometheus_api.PrometheusError) reaches the
+    A Prometheus that cannot be asked (sglang_obs.core.prometheus_api.PrometheusError) reaches the
     CLI as one of these."""
 
 
@@ -371,7 +371,7 @@ def figure(data: dict, server: str, window: Window, alerts: list[dict]):
     """The one chart of `server`: its state, the alerts that fired, then the evidence, on one
     wall-clock time axis over the window."""
     plt = pyplot()
-    from sglang_obs import charts as c  # noqa: PLC0415
+    from sglang_obs.tools import charts as c
 
     spans = alert_spans(alerts, server)
     ratios = [0.9, max(0.8, 0.3 * len(spans) + 0.3)] + [1.6] * len(PANELS)
@@ -418,7 +418,7 @@ def charts(data: dict, out: Path, window: Window, alerts: list[dict]) -> list[st
 def requests_section(directory: str, window: Window, top: int = 10) -> dict:
     """The request records of `directory` that finished in the window: the by-class table and
     the slowest `top` (sglang_obs.tools.analyze_requests; numbers and safe ids only)."""
-    from sglang_obs.tools import analyze_requests  # noqa: PLC0415
+    from sglang_obs.tools import analyze_requests
 
     try:
         result = analyze_requests.analyze([directory], top=top, start=window.start,
@@ -432,7 +432,7 @@ def requests_section(directory: str, window: Window, top: int = 10) -> dict:
 
 
 def requests_report(section: dict) -> list[str]:
-    from sglang_obs.tools import analyze_requests  # noqa: PLC0415
+    from sglang_obs.tools import analyze_requests
 
     lines = ["## Slowest requests in this window", "",
              f"{section['records']:,} request records finished in the window "

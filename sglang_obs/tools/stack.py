@@ -31,20 +31,22 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs import config_dir
-from sglang_obs.cli_support import Failure, UsageError, folder, input_file, one_line
+from sglang_obs.core import config_dir
+from sglang_obs.core.cli_support import Failure, UsageError, folder, input_file, one_line
+from sglang_obs.core.sglang import EXPORTER_ADDRESS, EXPORTER_PORT, SGLANG_PORT
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 BIN = Path(sys.executable).parent
-DEFAULT_PORTS = {"alert-sink": 9095, "alertmanager": 9093, "prometheus": 9090, "exporter": 9840}
-SIM_PORT = 30000  # the first simulator's; the next ones count up
+DEFAULT_PORTS = {"alert-sink": 9095, "alertmanager": 9093, "prometheus": 9090,
+                 "exporter": EXPORTER_PORT}
+SIM_PORT = SGLANG_PORT  # the first simulator's; the next ones count up
 
 
 class StackError(RuntimeError):
     pass
 
 
-class Stopped(Exception):  # noqa: N818 - a signal, not a failure
+class Stopped(Exception):  # a signal, not a failure
     """SIGTERM arrived: stop everything."""
 
 
@@ -153,7 +155,7 @@ class NativeStack:
         urls = list(self.sglang_urls)
         if not urls and not self.demo:
             raise UsageError("nothing to watch: give --sglang-url URL or --demo")
-        from sglang_obs.simulator import scenario as scenarios  # noqa: PLC0415
+        from sglang_obs.simulator import scenario as scenarios
 
         for name in self.demo:
             try:
@@ -208,7 +210,7 @@ class NativeStack:
             f"--web.listen-address=127.0.0.1:{am}", "--cluster.listen-address="],
             f"http://127.0.0.1:{am}/-/ready", am))
         text = (ROOT / "prometheus" / "prometheus.yml").read_text()
-        for old, new in (("exporter:9840", f"127.0.0.1:{exporter}"),
+        for old, new in ((EXPORTER_ADDRESS, f"127.0.0.1:{exporter}"),
                          ("alertmanager:9093", f"127.0.0.1:{am}"),
                          ("localhost:9090", f"127.0.0.1:{prom}")):
             text = text.replace(old, new)

@@ -135,16 +135,16 @@ class FakeEventData:
     """nvmlEventData_t: device handle, event type, Xid in eventData, MIG instance ids."""
 
     device: Any  # an nvmlDevice_t
-    eventType: int  # noqa: N815 - pynvml's field names
-    eventData: int  # noqa: N815
-    gpuInstanceId: int = NO_INSTANCE  # noqa: N815
-    computeInstanceId: int = NO_INSTANCE  # noqa: N815
+    eventType: int  # pynvml's field names
+    eventData: int
+    gpuInstanceId: int = NO_INSTANCE
+    computeInstanceId: int = NO_INSTANCE
 
 
 @dataclass
 class FakeProcess:
     pid: int
-    usedGpuMemory: int | None  # noqa: N815 - pynvml's field name
+    usedGpuMemory: int | None  # pynvml's field name
 
 
 class FakeNvml:
@@ -265,7 +265,7 @@ class FakeNvml:
         return text.encode() if self.strings_as_bytes else text
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:  # pynvml's names
         self.calls[("nvmlInit", None)] += 1
         if self.library_missing:
             raise nvml_error(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -274,7 +274,7 @@ class FakeNvml:
         self._refcount += 1
         self.inits += 1
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.calls[("nvmlShutdown", None)] += 1
         if self._refcount == 0:
             raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
@@ -287,19 +287,19 @@ class FakeNvml:
                 self._event_ready.notify_all()
 
     # -- system and identity -----------------------------------------------------------------
-    def nvmlSystemGetDriverVersion(self) -> str | bytes:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
         self._enter("nvmlSystemGetDriverVersion")
         return self._string(self.driver_version)
 
-    def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
         self._enter("nvmlSystemGetCudaDriverVersion")
         return _answer(self.cuda_driver_version)
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")
         return len(self._visible())
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         visible = self._visible()
         slot = visible[index] if 0 <= index < len(visible) else None
         self._enter("nvmlDeviceGetHandleByIndex", slot)
@@ -309,32 +309,32 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
         return device_handle(slot)
 
-    def nvmlDeviceGetIndex(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
         self._gpu("nvmlDeviceGetIndex", handle)
         return self._visible().index(handle_slot(handle))
 
-    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes:
         return self._string(self._gpu("nvmlDeviceGetUUID", handle).uuid)
 
-    def nvmlDeviceGetName(self, handle: Any) -> str | bytes:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes:
         return self._string(self._gpu("nvmlDeviceGetName", handle).name)
 
-    def nvmlDeviceGetPciInfo(self, handle: Any) -> pynvml.nvmlPciInfo_t:  # noqa: N802
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> pynvml.nvmlPciInfo_t:
         gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
         info = pynvml.nvmlPciInfo_t()
         info.busId = gpu.pci_bus_id
         info.bus = int(gpu.pci_bus_id.split(":")[1], 16)
         return info
 
-    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
         return list(self._value("nvmlDeviceGetMigMode", device, "mig_mode"))
 
     # -- readings -----------------------------------------------------------------------------
-    def nvmlDeviceGetUtilizationRates(self, handle: Any):  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: Any):
         gpu_pct, memory_pct = self._value("nvmlDeviceGetUtilizationRates", handle, "utilization")
         return pynvml.c_nvmlUtilization_t(gpu=gpu_pct, memory=memory_pct)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None):  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None):
         if version is not None and not self.memory_version_kwarg:
             raise TypeError("nvmlDeviceGetMemoryInfo() got an unexpected keyword argument "
                             "'version'")
@@ -353,14 +353,14 @@ class FakeNvml:
         return pynvml.c_nvmlMemory_t(total=total, free=free,
                                      used=gpu.memory_used + gpu.memory_reserved)
 
-    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int,  # noqa: N802
+    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int,
                                   version: int = pynvml.nvmlTemperature_v1) -> int:
         gpu = self._gpu("nvmlDeviceGetTemperatureV", handle)
         if version != pynvml.nvmlTemperature_v1:
             raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         return self._temperature(gpu, sensor)
 
-    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         return self._temperature(self._gpu("nvmlDeviceGetTemperature", handle), sensor)
 
     @staticmethod
@@ -369,7 +369,7 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return _answer(gpu.temperature_c)
 
-    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list):  # noqa: N802, N803
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list):
         """Succeeds as a call; each field carries its own nvmlReturn (check every one)."""
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
         values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
@@ -385,34 +385,34 @@ class FakeNvml:
             values[i].value.uiVal = answer
         return values
 
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:  # noqa: N802 - mW
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:  # mW
         return self._value("nvmlDeviceGetPowerUsage", handle, "power_mw")
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:  # noqa: N802 - mW
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:  # mW
         return self._value("nvmlDeviceGetEnforcedPowerLimit", handle, "power_limit_mw")
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:  # noqa: N802 - mJ
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:  # mJ
         return self._value("nvmlDeviceGetTotalEnergyConsumption", handle, "energy_mj")
 
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetCurrPcieLinkGeneration", handle, "pcie_gen")
 
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetMaxPcieLinkGeneration", handle, "pcie_gen_max")
 
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetCurrPcieLinkWidth", handle, "pcie_width")
 
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetMaxPcieLinkWidth", handle, "pcie_width_max")
 
-    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetPcieReplayCounter", handle, "pcie_replays")
 
-    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:  # noqa: A002, N802
+    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
         return self._clock("nvmlDeviceGetClockInfo", handle, type, "")
 
-    def nvmlDeviceGetMaxClockInfo(self, handle: Any, type: int) -> int:  # noqa: A002, N802
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, type: int) -> int:
         return self._clock("nvmlDeviceGetMaxClockInfo", handle, type, "_max")
 
     def _clock(self, fn: str, handle: Any, clock: int, suffix: str) -> int:
@@ -423,41 +423,41 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return _answer(getattr(gpu, f"{names[clock]}{suffix}_mhz"))
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetCurrentClocksEventReasons", handle, "clock_reasons")
 
-    def nvmlDeviceGetSupportedClocksEventReasons(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetSupportedClocksEventReasons(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetSupportedClocksEventReasons", handle,
                            "clock_reasons_supported")
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetCurrentClocksThrottleReasons", handle, "clock_reasons")
 
-    def nvmlDeviceGetSupportedClocksThrottleReasons(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetSupportedClocksThrottleReasons(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetSupportedClocksThrottleReasons", handle,
                            "clock_reasons_supported")
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int,  # noqa: N802, N803
-                                    counterType: int) -> int:  # noqa: N803
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int,
+                                    counterType: int) -> int:
         ecc = self._value("nvmlDeviceGetTotalEccErrors", handle, "ecc")
         if (errorType, counterType) not in ecc:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return ecc[(errorType, counterType)]
 
-    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:  # noqa: N802
+    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
         return tuple(self._value("nvmlDeviceGetRemappedRows", device, "remapped_rows"))
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[FakeProcess]:  # noqa: N802
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[FakeProcess]:
         procs = self._value("nvmlDeviceGetComputeRunningProcesses", handle, "processes")
         return [FakeProcess(pid, used) for pid, used in procs]
 
     # -- GPM (Hopper+) ------------------------------------------------------------------------
-    def nvmlGpmQueryDeviceSupport(self, device: Any):  # noqa: N802
+    def nvmlGpmQueryDeviceSupport(self, device: Any):
         supported = self._value("nvmlGpmQueryDeviceSupport", device, "gpm_supported")
         return pynvml.c_nvmlGpmSupport_t(version=pynvml.NVML_GPM_SUPPORT_VERSION,
                                          isSupportedDevice=1 if supported else 0)
 
-    def nvmlGpmSampleAlloc(self):  # noqa: N802
+    def nvmlGpmSampleAlloc(self):
         self._enter("nvmlGpmSampleAlloc")
         buffer = ctypes.create_string_buffer(64)
         sample = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
@@ -471,7 +471,7 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._gpm_samples[address]
 
-    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any):  # noqa: N802, N803
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any):
         gpu = self._gpu("nvmlGpmSampleGet", device)
         if not _answer(gpu.gpm_supported):
             raise not_supported()
@@ -482,7 +482,7 @@ class FakeNvml:
         record["slot"], record["seq"] = handle_slot(device), self._gpm_seq
         return gpmSample
 
-    def nvmlGpmMetricsGet(self, metricsGet: Any):  # noqa: N802, N803
+    def nvmlGpmMetricsGet(self, metricsGet: Any):
         self._enter("nvmlGpmMetricsGet")
         if metricsGet.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
             raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
@@ -503,24 +503,24 @@ class FakeNvml:
                 metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, answer
         return metricsGet
 
-    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:  # noqa: N802, N803
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
         self._enter("nvmlGpmSampleFree")
         self._sample(gpmSample)
         del self._gpm_samples[ctypes.cast(gpmSample, ctypes.c_void_p).value]
 
     # -- events (Xid) -------------------------------------------------------------------------
-    def nvmlEventSetCreate(self) -> FakeEventSet:  # noqa: N802
+    def nvmlEventSetCreate(self) -> FakeEventSet:
         self._enter("nvmlEventSetCreate")
         with self._lock:
             event_set = FakeEventSet(len(self._event_sets))
             self._event_sets.append(event_set)
         return event_set
 
-    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:  # noqa: N802
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
         return self._value("nvmlDeviceGetSupportedEventTypes", handle, "supported_events")
 
-    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int,  # noqa: N802, N803
-                                 eventSet: FakeEventSet) -> None:  # noqa: N803
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int,
+                                 eventSet: FakeEventSet) -> None:
         gpu = self._gpu("nvmlDeviceRegisterEvents", handle)
         if gpu.register_events_error is not None:
             _raise(gpu.register_events_error)
@@ -531,7 +531,7 @@ class FakeNvml:
             slot = handle_slot(handle)
             eventSet.registered[slot] = eventSet.registered.get(slot, 0) | eventTypes
 
-    def nvmlEventSetWait(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:  # noqa: N802, N803
+    def nvmlEventSetWait(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:
         """The next queued event for a device on this set; Timeout when none comes in time
         (the wait is capped at 1 s so a test can never hang on it)."""
         self._enter("nvmlEventSetWait")
@@ -550,7 +550,7 @@ class FakeNvml:
                 # not registered on this set: NVML would never deliver it here
         raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
 
-    def nvmlEventSetFree(self, eventSet: FakeEventSet) -> None:  # noqa: N802, N803
+    def nvmlEventSetFree(self, eventSet: FakeEventSet) -> None:
         self._enter("nvmlEventSetFree")
         with self._event_ready:
             eventSet.live = False

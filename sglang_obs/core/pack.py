@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from sglang_obs.cli_support import Failure
+from sglang_obs.core.cli_support import Failure
 
 SCHEMA_VERSION = 1
 SUMMARY = "summary.json"  # every pack has it
@@ -124,3 +124,20 @@ def read(flag: str, path: str | os.PathLike, name: str) -> dict:
                         f"{SCHEMA_VERSION}: take the pack again with this release")
     return doc
 
+
+def pick_server(servers: list[str], instance: str | None, instance_flag: str, scope: str,
+                error: type[Failure] = Failure) -> str:
+    """The server `instance` names among `servers` (those found in `scope`: "this window",
+    "the pack --before-pack DIR"), or the only one when it names none; else an `error` naming
+    `instance_flag`."""
+    if not servers:
+        raise error(f"{instance_flag}: no servers in {scope}")
+    if instance is None:
+        if len(servers) > 1:
+            raise error(f"{instance_flag}: {len(servers)} servers in {scope} "
+                        f"({', '.join(servers)}): name one")
+        return servers[0]
+    if instance not in servers:
+        raise error(f"{instance_flag}: unknown instance {instance}; servers in {scope}: "
+                    f"{', '.join(servers)}")
+    return instance

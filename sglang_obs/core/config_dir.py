@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent  # sglang_obs/
 INSTALLED = PACKAGE / "config"
 ENV = "SGLANG_OBS_CONFIG_DIR"
 _MARKER = Path("prometheus") / "thresholds.yml"

@@ -7,7 +7,7 @@ import re
 import time
 from datetime import datetime, timezone
 
-from sglang_obs.cli_support import Failure, UsageError
+from sglang_obs.core.cli_support import Failure, UsageError
 
 _AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s+ago\s*$")
 

@@ -1,4 +1,4 @@
-"""The generated blocks of docs/runbooks.md (`python -m sglang_obs.generate.rules`; a test checks
+"""The generated blocks of docs/runbooks.md (`python -m sglang_obs.generate rules`; a test checks
 them): every number the runbook quotes from prometheus/thresholds.yml or from an alert rule.
 
 - `states`: the state classification, in priority order, with its thresholds;
@@ -13,15 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_obs import config_dir
-from sglang_obs.generate import rules
-from sglang_obs.generate.doc_blocks import DocBlockError, replace_blocks
-from sglang_obs.states import STATES
+from sglang_obs.core.doc_blocks import DocBlockError, replace_blocks
+from sglang_obs.core.states import STATES
+from sglang_obs.render import rules
 
-# The runbook describes the shipped thresholds: only a checkout's own configuration regenerates
-# it (not --config-dir), and a wheel has no docs/ at all.
-_CHECKOUT = config_dir.checkout()
-DOC = _CHECKOUT / "docs" / "runbooks.md" if _CHECKOUT == rules.ROOT else None
 BUDGET_DAYS = 30  # the SLO period the burn factors are defined against
 
 # Xid codes by what they mean on call, each row with its tier when it does not page; whether it
@@ -112,12 +107,5 @@ def blocks(t: dict) -> dict[str, str]:
     }
 
 
-def render(text: str, t: dict) -> str:
-    return replace_blocks(text, blocks(t), DOC or Path("docs/runbooks.md"))
-
-
-def files(t: dict) -> dict[Path, str]:
-    """docs/runbooks.md as `make generate` writes it; nothing outside a checkout."""
-    if DOC is None or not DOC.is_file():
-        return {}
-    return {DOC: render(DOC.read_text(), t)}
+def render(text: str, t: dict, doc: Path = Path("docs/runbooks.md")) -> str:
+    return replace_blocks(text, blocks(t), doc)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sglang_obs.states import STATE_COLOURS
+from sglang_obs.core.states import STATE_COLOURS
 
 EXTRA = "charts"
 TZ = timezone.utc
@@ -47,11 +47,11 @@ class MissingExtra(RuntimeError):
 
 def pyplot():
     try:
-        import matplotlib  # noqa: PLC0415 - optional
+        import matplotlib  # optional
     except ImportError:
         raise MissingExtra(f"drawing needs matplotlib: pip install 'sglang-obs[{EXTRA}]'") from None
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     return plt
 
@@ -76,7 +76,7 @@ class Line:
 # -- time ------------------------------------------------------------------------------------
 def x(ts: float) -> float:
     """Unix seconds as matplotlib's date number."""
-    from matplotlib import dates  # noqa: PLC0415
+    from matplotlib import dates
 
     return dates.date2num(datetime.fromtimestamp(ts, tz=TZ))
 
@@ -87,7 +87,7 @@ def xs(times: Sequence[float]) -> list[float]:
 
 def time_axis(ax, start: float, end: float, label: bool = True) -> None:
     """Wall-clock time in TZ over [start, end] on `ax`'s x axis."""
-    from matplotlib import dates  # noqa: PLC0415
+    from matplotlib import dates
 
     ax.set_xlim(x(start), x(end))
     locator = dates.AutoDateLocator(tz=TZ, minticks=4, maxticks=8)
@@ -155,7 +155,7 @@ def compact(value: float, _pos=None) -> str:
 
 
 def compact_numbers(axis) -> None:
-    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
+    from matplotlib.ticker import FuncFormatter
 
     axis.set_major_formatter(FuncFormatter(compact))
 
@@ -176,7 +176,7 @@ def state_band(ax, rows: Sequence[tuple[str, Sequence[float], Sequence[float]]],
                names: Sequence[str], colours: dict[str, str]) -> None:
     """One band per row (label, times, codes): code i drawn as names[i] in its colour, with a
     key of every name (whether it occurs or not)."""
-    from matplotlib.patches import Patch  # noqa: PLC0415
+    from matplotlib.patches import Patch
 
     for row, (_, times, codes) in enumerate(rows):
         spans = runs(times, codes, step)
@@ -199,7 +199,7 @@ def _name(names: Sequence[str], code: float) -> str:
 def alert_band(ax, alerts: Sequence[dict], start: float, end: float) -> None:
     """One row per alert: its firing periods as spans labelled with its name, solid when it
     reached a receiver, hatched when it stopped at Alertmanager (flickered, inhibited...)."""
-    from matplotlib.patches import Patch  # noqa: PLC0415
+    from matplotlib.patches import Patch
 
     if not alerts:
         ax.text(0.5, 0.5, "no alert fired in this window", ha="center", va="center",

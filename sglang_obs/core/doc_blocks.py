@@ -7,7 +7,6 @@ rewrites what is between the markers and leaves the prose around them alone.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,14 +32,3 @@ def replace_blocks(text: str, blocks: Mapping[str, str], doc: Path) -> str:
         text = pattern.sub(lambda m, content=content: m.group(1) + content + m.group(2), text)
     return text
 
-
-def write_or_check(doc: Path, fresh: str, argv: list[str]) -> int:
-    """A generator's last step: with --check, 1 (and one line) when `doc` is not `fresh`;
-    otherwise write it."""
-    if "--check" in argv:
-        if doc.read_text() != fresh:
-            print(f"stale: {doc} (run make generate)", file=sys.stderr)
-            return 1
-        return 0
-    doc.write_text(fresh)
-    return 0

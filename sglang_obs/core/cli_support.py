@@ -176,21 +176,3 @@ def folder(flag: str, path: str | os.PathLike) -> Path:
     if not os.access(path, os.W_OK):
         raise Failure(f"{flag} {path}: cannot write into it (permission denied)")
     return path
-
-
-def pick_server(servers: list[str], instance: str | None, instance_flag: str, scope: str,
-                error: type[Failure] = Failure) -> str:
-    """The server `instance` names among `servers` (those found in `scope`: "this window",
-    "the pack --before-pack DIR"), or the only one when it names none; else an `error` naming
-    `instance_flag`."""
-    if not servers:
-        raise error(f"{instance_flag}: no servers in {scope}")
-    if instance is None:
-        if len(servers) > 1:
-            raise error(f"{instance_flag}: {len(servers)} servers in {scope} "
-                        f"({', '.join(servers)}): name one")
-        return servers[0]
-    if instance not in servers:
-        raise error(f"{instance_flag}: unknown instance {instance}; servers in {scope}: "
-                    f"{', '.join(servers)}")
-    return instance

@@ -1,0 +1,180 @@
+"""What `python -m sglang_obs.generate` makes, in the order it makes it: each product returns the
+files it owns (path -> text or bytes) and the folders whose other files are left-overs; writing
+and checking are sglang_obs.generate.files' alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_obs.core import config_dir
+
+Files = dict[Path, str | bytes]
+Owned = list[tuple[Path, str]]
+
+
+def _docs() -> Path:
+    """docs/ lives only in a checkout (a developer command); else the working folder's."""
+    return (config_dir.checkout() or Path.cwd()) / "docs"
+
+
+def metrics() -> tuple[Files, Owned]:
+    from sglang_obs.exporter import catalogue
+
+    return {_docs() / "metrics.md": catalogue.render_markdown()}, []
+
+
+def simulator_docs() -> tuple[Files, Owned]:
+    from sglang_obs.simulator import docs
+
+    doc = _docs() / "simulator.md"
+    return {doc: docs.render(doc.read_text(), doc)}, []
+
+
+def rules() -> tuple[Files, Owned]:
+    from sglang_obs.render import rules as r
+    from sglang_obs.render import runbooks
+
+    root = config_dir.resolve()
+    t = r.load_thresholds(root / r.THRESHOLDS)
+    files = {root / rel: text for rel, text in {**r.rule_files(t),
+                                                **r.vmalert_rule_files(t)}.items()}
+    doc = _docs() / "runbooks.md"
+    if root == config_dir.checkout() and doc.is_file():  # the runbook quotes the shipped rules
+        files[doc] = runbooks.render(doc.read_text(), t)
+    return files, []
+
+
+def shipper() -> tuple[Files, Owned]:
+    from sglang_obs.render import shipper as s
+
+    return s.files(), []
+
+
+def dashlib(folder: Path | None = None):
+    """grafana/dashboards/dashlib.py, which the definitions import by that name."""
+    folder = folder or config_dir.resolve() / "grafana" / "dashboards"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location("dashlib", folder / "dashlib.py")
+    module = sys.modules.get("dashlib")
+    if module is None or Path(module.__file__).resolve() != (folder / "dashlib.py").resolve():
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["dashlib"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def dashboards(folder: Path | None = None) -> tuple[Files, Owned]:
+    lib = dashlib(folder)
+    folder = Path(lib.__file__).parent
+    return ({lib.json_path(source): lib.render(source) for source in lib.sources(folder)},
+            [(folder, "*.json")])
+
+
+def kubernetes(out: Path | None = None) -> tuple[Files, Owned]:
+    from sglang_obs.render import kubernetes as k
+
+    out = out or k.DEFAULT_OUT
+    if out is None:
+        raise k.TranslationError("not in a checkout: give --out DIR")
+    return {out / rel: text for rel, text in k.files().items()}, [(out, "**/*")]
+
+
+def detection() -> tuple[Files, Owned]:
+    from sglang_obs.generate import detection as d
+    from sglang_obs.simulator import scenario as scenarios
+
+    results = [d.detect(n) for n in scenarios.available()]
+    return {d.DOC: d.markdown(results, d.load_e2e())}, []
+
+
+def fleet_timing() -> tuple[Files, Owned]:
+    from sglang_obs.generate import fleet_timing as f
+
+    return {f.FLEET_DOC: f.render(f.FLEET_DOC.read_text())}, []
+
+
+def _read_tree(folder: Path, into: Path) -> Files:
+    return {into / p.relative_to(folder): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def examples() -> tuple[Files, Owned]:
+    from sglang_obs.generate import examples as e
+
+    with tempfile.TemporaryDirectory() as tmp:
+        images, pack = Path(tmp) / "images", Path(tmp) / "pack"
+        images.mkdir()
+        e.overviews(images)
+        e.snapshot_pack(pack)
+        snapshot = _docs() / "examples" / f"snapshot-{e.INCIDENT}"
+        return ({**_read_tree(images, _docs() / "images"), **_read_tree(pack, snapshot)},
+                [(snapshot, "*")])
+
+
+def compare_example() -> tuple[Files, Owned]:
+    from sglang_obs.generate import compare_example as c
+
+    doc = _docs() / "compare.md"
+    with tempfile.TemporaryDirectory() as tmp, c.served(Path(tmp) / "data") as (url, windows):
+        return {doc: c.render(doc.read_text(), url, windows)}, []
+
+
+def glance_images() -> tuple[Files, Owned]:
+    from sglang_obs.generate import glance_images as g
+
+    os.environ["TZ"] = "UTC"  # the page prints local times
+    time.tzset()
+    with tempfile.TemporaryDirectory() as tmp:
+        g.photograph_all(Path(tmp))
+        return _read_tree(Path(tmp), _docs() / "images"), []
+
+
+def readme() -> tuple[Files, Owned]:
+    from sglang_obs.generate import readme as r
+
+    doc = r.DOC
+    return {doc: r.render(doc.read_text())}, []
+
+
+@dataclass(frozen=True)
+class Product:
+    name: str
+    what: str
+    make: Callable[[], tuple[Files, Owned]]
+    # Pictures differ by a pixel from one matplotlib, Chromium or font to the next: they are
+    # regenerated, and --check does not compare them.
+    why_unchecked: str = ""
+
+    @property
+    def checked(self) -> bool:
+        return not self.why_unchecked
+
+
+PRODUCTS = (
+    Product("metrics", "docs/metrics.md, the exporter's metric catalogue", metrics),
+    Product("simulator-docs", "docs/simulator.md's parameter and scenario tables", simulator_docs),
+    Product("rules", "prometheus/rules/, rules-vmalert/ and docs/runbooks.md's blocks", rules),
+    Product("shipper", "prometheus/fleet/: vmagent, Prometheus agent and central configurations",
+            shipper),
+    Product("dashboards", "grafana/dashboards/*.json from the *.dashboard.py definitions",
+            dashboards),
+    Product("kubernetes", "deploy/kubernetes/ from the rules, dashboards and routing", kubernetes),
+    Product("detection", "docs/detection.md: every scenario's alerts through promtool", detection),
+    Product("fleet-timing", "docs/fleet.md's onset-to-page budget", fleet_timing),
+    Product("examples", "docs/images/overview-*.png and the example snapshot pack", examples,
+            why_unchecked="rendered pictures and a snapshot of a backfilled Prometheus"),
+    Product("compare-example", "docs/compare.md's worked example", compare_example),
+    Product("glance-images", "docs/images/glance-*.png (Chromium screenshots)", glance_images,
+            why_unchecked="Chromium screenshots"),
+    Product("readme", "README.md's generated blocks", readme),
+)
+NAMES = tuple(p.name for p in PRODUCTS)
+BY_NAME = {p.name: p for p in PRODUCTS}
