@@ -84,3 +84,25 @@ def test_the_configuration_names_no_other_exporter_port(name):
     pairs = re.findall(r"exporter:(\d+)|127\.0\.0\.1:(\d+)/metrics", text)
     ports = {int(a or b) for a, b in pairs}
     assert ports <= {EXPORTER_PORT}, ports
+
+
+def test_the_prompt_classes_are_named_in_one_module():
+    """exporter/request_records.py names the classes (and a rules test keeps its bounds equal to
+    thresholds.yml's request_classes); no other module types a class name or the bounds."""
+    from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS, PROMPT_CLASSES
+
+    home = ROOT / "exporter" / "request_records.py"
+    found = []
+    for path in CODE:
+        if path == home:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) not in skip and (
+                    node.value in PROMPT_CLASSES):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+            elif isinstance(node, ast.Tuple | ast.List) and [
+                    getattr(e, "value", None) for e in node.elts] == list(PROMPT_CLASS_BOUNDS):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: the bounds")
+    assert found == []

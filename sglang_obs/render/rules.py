@@ -21,6 +21,7 @@ import yaml
 from sglang_obs.core import config_dir
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import STATES
+from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
 
 ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
@@ -350,8 +351,6 @@ def request_group(t: dict) -> Group:
     """Latency by prompt-length class from the exporter's request records (opt-in:
     --sglang.request-metrics-dir). Recorded only where the class had requests in the window, so
     an empty class has no series rather than NaN."""
-    from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
-
     bounds = tuple(t["request_classes"]["prompt_tokens_bounds"])
     if bounds != PROMPT_CLASS_BOUNDS:
         raise ValueError(f"thresholds.yml request_classes {bounds} differ from the exporter's "

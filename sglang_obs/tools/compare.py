@@ -33,13 +33,12 @@ from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
+from sglang_obs.exporter.request_records import PROMPT_CLASSES  # shortest first
 
 SCHEMA_VERSION = 1
 MINUTE = 60.0
 STEP = 15.0  # the recording rules' evaluation interval: state and gauge samples
 MIN_MINUTES = 2
-# Prompt classes of the request records (thresholds.yml request_classes), shortest first.
-PROMPT_CLASSES = ("lt_8k", "8k_32k", "32k_128k", "ge_128k")
 # The exporter's configuration series: argument -> (series, label of the info metric or None).
 CONFIG_INFO = "sglang_obs_server_config_info"
 CONFIG_INFO_ARGS = ("model_name", "version", "tp_size", "dp_size", "pp_size", "schedule_policy",
