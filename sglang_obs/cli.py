@@ -316,7 +316,6 @@ def _run(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     """The generators an operator runs on an edited configuration folder."""
     from sglang_obs.generate import products
-    from sglang_obs.generate.__main__ import run
     from sglang_obs.render.kubernetes import TranslationError
 
     if args.command == "detection":
@@ -332,13 +331,13 @@ def _generate(args: argparse.Namespace) -> int:
             sys.stdout.write(detection.markdown([detection.detect(n) for n in args.scenarios],
                                                 detection.load_e2e()))
             return 0
-        return run([products.BY_NAME["detection"]], check=False)
+        return products.run([products.BY_NAME["detection"]], check=False)
     if args.command == "rules":
-        return run([products.BY_NAME["rules"]], args.check)
+        return products.run([products.BY_NAME["rules"]], args.check)
     out = Path(args.out) if args.out else None
     kube = products.Product("kubernetes", "", lambda: products.kubernetes(out))
     try:
-        return run([kube], args.check)
+        return products.run([kube], args.check)
     except TranslationError as err:
         raise Failure(str(err)) from None
     except OSError as err:  # one line naming the folder, as every command's errors

@@ -39,7 +39,6 @@ import dashlib  # noqa: E402
 from sglang_obs.core.states import STATES  # noqa: E402
 from sglang_obs.exporter.catalogue import METRICS  # noqa: E402
 from sglang_obs.generate import products  # noqa: E402
-from sglang_obs.generate.__main__ import run  # noqa: E402
 
 from promql_text import innermost_call as _innermost_call  # noqa: E402
 from promql_text import matching_paren as _matching_paren  # noqa: E402
@@ -292,7 +291,7 @@ def test_generate_check_reports_stale_and_orphaned_files(tmp_path, capsys):
     (copy / "sglang-kv.json").write_text("{}\n")
     (copy / "old.json").write_text("{}\n")
     copied = products.Product("dashboards", "", lambda: products.dashboards(copy))
-    assert run([copied], check=True) == 1
+    assert products.run([copied], check=True) == 1
     err = capsys.readouterr().err
     assert "sglang-kv.json (stale)" in err
     assert "old.json (not generated" in err

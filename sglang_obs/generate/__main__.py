@@ -12,7 +12,6 @@ import argparse
 import sys
 
 from sglang_obs.generate import products
-from sglang_obs.generate.files import ORPHAN, sync
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,26 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown product {', '.join(unknown)} (known: {', '.join(products.NAMES)})")
     chosen = [p for p in products.PRODUCTS if not args.products or p.name in args.products]
-    return run(chosen, args.check)
+    return products.run(chosen, args.check)
 
-
-def run(chosen, check: bool) -> int:
-    """Make `chosen` (write, or with `check` compare); 1 if anything is stale or left over."""
-    failed = False
-    for product in chosen:
-        if check and not product.checked:
-            print(f"{product.name}: not checked ({product.why_unchecked})", file=sys.stderr)
-            continue
-        files, owned = product.make()
-        for line in sync(files, check, owned):
-            orphan = line.endswith(ORPHAN)
-            failed = failed or check or orphan
-            print(f"{product.name}: {line}" if check or orphan else f"wrote {line}",
-                  file=sys.stderr if check or orphan else sys.stdout)
-    if failed:
-        print("run make generate" if check else "delete the files no product makes",
-              file=sys.stderr)
-    return 1 if failed else 0
 
 if __name__ == "__main__":
     raise SystemExit(main())

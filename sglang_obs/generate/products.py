@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_obs.core import config_dir
+from sglang_obs.generate.files import ORPHAN, sync
 
 Files = dict[Path, str | bytes]
 Owned = list[tuple[Path, str]]
@@ -180,3 +181,22 @@ PRODUCTS = (
 )
 NAMES = tuple(p.name for p in PRODUCTS)
 BY_NAME = {p.name: p for p in PRODUCTS}
+
+
+def run(chosen: list[Product], check: bool) -> int:
+    """Make `chosen` (write, or with `check` compare); 1 if anything is stale or left over."""
+    failed = False
+    for product in chosen:
+        if check and not product.checked:
+            print(f"{product.name}: not checked ({product.why_unchecked})", file=sys.stderr)
+            continue
+        files, owned = product.make()
+        for line in sync(files, check, owned):
+            orphan = line.endswith(ORPHAN)
+            failed = failed or check or orphan
+            print(f"{product.name}: {line}" if check or orphan else f"wrote {line}",
+                  file=sys.stderr if check or orphan else sys.stdout)
+    if failed:
+        print("run make generate" if check else "delete the files no product makes",
+              file=sys.stderr)
+    return 1 if failed else 0
