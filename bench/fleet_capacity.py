@@ -46,6 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
+from sglang_obs.core.settings import default as _settings  # noqa: E402
 from sglang_obs.core.sglang import EXPORTER_ADDRESS  # noqa: E402
 from sglang_obs.render import shipper  # noqa: E402
 
@@ -72,6 +73,7 @@ original = cli.NvmlBackend
 cli.NvmlBackend = lambda nvml=None, processes=False: original(machine, processes=processes)
 sys.exit(cli.main(sys.argv[2:]))
 """
+
 
 
 def free_port() -> int:
@@ -162,7 +164,7 @@ class Host:
         self.exporter = self.start("exporter", cmd)
         wait_ready(f"http://127.0.0.1:{self.exporter_port}/metrics", self.exporter,
                    self.work / "exporter.log")
-        text = shipper.VMAGENT_YML.read_text()
+        text = (_settings().root / shipper.VMAGENT_YML).read_text()
         for old, new in ((EXPORTER_ADDRESS, f"127.0.0.1:{self.exporter_port}"),
                          (shipper.VMAGENT_ADDRESS, f"127.0.0.1:{self.agent_port}")):
             text = text.replace(old, new)

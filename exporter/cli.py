@@ -17,6 +17,7 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from sglang_obs import __version__
+from sglang_obs.core import settings as stack_settings
 from sglang_obs.core.cli_support import OneLineParser
 from sglang_obs.core.sglang import EXPORTER_PORT
 from sglang_obs.exporter.collector import (
@@ -265,12 +266,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--log.level: unknown level {args.log_level!r}")
     if not args.web_telemetry_path.startswith("/") or args.web_telemetry_path == "/":
         parser.error("--web.telemetry-path must start with / and not be / (the landing page)")
-    args.classification = None
+    args.classification = args.baseline_step = None
     if args.web_glance:
         try:
             args.classification = load_classification(args.web_glance_thresholds_file)
         except (ThresholdsError, RuntimeError) as err:  # config_dir.ConfigDirError
             parser.error(f"--web.glance.thresholds-file: {err}")
+        try:  # the rules' baselines have one sample per evaluation interval
+            args.baseline_step = stack_settings.load().evaluation_interval_s
+        except stack_settings.SettingsError as err:
+            parser.error(f"--web.glance: {err}")
     if args.collector_sglang and not args.sglang_url:
         parser.error("give at least one --sglang.url (or SGLANG_OBS_SGLANG_URL), "
                      "or turn the SGLang collector off with --no-collector.sglang")
@@ -386,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                  for target, _ in args.sglang_log_file + args.sglang_log_container}
     for stats in log_stats.values():
         stats.subscribe(changed)
-    board = (StatusBoard(args.classification, settings.interval)
+    board = (StatusBoard(args.classification, settings.interval,
+                         baseline_step=args.baseline_step)
              if args.classification is not None else None)
     pollers = []
     for u in args.sglang_url if args.collector_sglang else []:

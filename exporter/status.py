@@ -11,7 +11,7 @@ priority order — unavailable, kv_capacity, prefill_backlog, decode_contention,
 scheduling_bottleneck, idle, healthy. A value the exporter does not have makes its condition
 false, as an absent series does in PromQL. The rules' two 1 h baselines (the p90 of decode speed
 per request, the average running batch) are kept here as Prometheus keeps the recorded series:
-one sample every BASELINE_STEP seconds (the shipped evaluation interval), an hour of them,
+one sample every evaluation interval (prometheus.yml's, passed in), an hour of them,
 the current value included. Retractions within kv_retraction_window are the rules' `increase()`
 over SGLang's counter, including its first appearance with a value (a series born counting).
 tests/test_status_agreement.py checks the verdict against promtool's evaluation of the shipped
@@ -38,13 +38,13 @@ import yaml
 
 from sglang_obs import __version__
 from sglang_obs.core import config_dir
+from sglang_obs.core import settings as stack_settings
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.exporter.poller import Snapshot
 
 log = logging.getLogger(__name__)
 
 BASELINE_WINDOW = 3600.0  # the rules' [1h]
-BASELINE_STEP = 15.0  # prometheus/prometheus.yml evaluation_interval: one recorded sample each
 TREND_WINDOW = 1800.0  # the sparklines: the last 30 minutes
 TREND_SLOT = 10.0  # seconds per sparkline point (180 points)
 MINUTE = 60.0  # "in the last minute"
@@ -94,7 +94,7 @@ class ThresholdsError(ValueError):
 def default_thresholds_file() -> Path:
     """The thresholds.yml the shipped rules come from: $SGLANG_OBS_CONFIG_DIR, else the
     checkout's, else the copy installed with the package (sglang_obs/core/config_dir.py)."""
-    return config_dir.resolve() / "prometheus" / "thresholds.yml"
+    return config_dir.resolve() / stack_settings.THRESHOLDS_FILE
 
 
 def load_classification(path: str | Path | None = None) -> Classification:
@@ -284,14 +284,14 @@ class ServerTracker:
 
     def __init__(self, server: str, classification: Classification, poll_interval: float = 1.0,
                  current: Callable[[], Snapshot] | None = None,
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time, *, baseline_step: float):
         self.server = server
         self.classification = classification
         self._current = current  # the poller's latest snapshot (a log line may refresh it)
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._baseline = Ring({"speed": "first", "running": "first", "t": "first"},
-                              int(BASELINE_WINDOW / BASELINE_STEP) + 1, BASELINE_STEP)
+                              int(BASELINE_WINDOW / baseline_step) + 1, baseline_step)
         self._trend = Ring(_TREND_FIELDS, int(TREND_WINDOW / TREND_SLOT), TREND_SLOT)
         self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last",
                              "waiting": "last"},
@@ -447,16 +447,20 @@ class StatusBoard:
 
     def __init__(self, classification: Classification, poll_interval: float = 1.0,
                  gpus: Callable[[], Any] | None = None,
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time,
+                 baseline_step: float | None = None):
         self.classification = classification
         self.poll_interval = poll_interval
+        # One recorded sample per evaluation interval, as the rules' baselines have.
+        self.baseline_step = (baseline_step if baseline_step is not None
+                              else stack_settings.default().evaluation_interval_s)
         self._gpus = gpus  # () -> exporter.nvml.NvmlReading, when the NVML collector runs
         self._wall = wall_clock
         self.trackers: list[ServerTracker] = []
 
     def add(self, server: str, current: Callable[[], Snapshot] | None = None) -> ServerTracker:
         tracker = ServerTracker(server, self.classification, self.poll_interval, current,
-                                self._wall)
+                                self._wall, baseline_step=self.baseline_step)
         self.trackers.append(tracker)
         return tracker
 
@@ -478,7 +482,7 @@ class StatusBoard:
             "version": __version__,
             "generated_at": self._wall(),
             "poll_interval_seconds": self.poll_interval,
-            "baseline_step_seconds": BASELINE_STEP,
+            "baseline_step_seconds": self.baseline_step,
             "trend_slot_seconds": TREND_SLOT,
             "states": list(STATES),
             "host_gpus": host_gpus if not attributed and len(self.trackers) > 1 else [],

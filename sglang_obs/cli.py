@@ -25,11 +25,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from pathlib import Path
 
-from sglang_obs.core import config_dir
+from sglang_obs.core import config_dir, settings
 from sglang_obs.core.cli_support import (
     Failure,
     OneLineParser,
@@ -195,8 +194,9 @@ def build_parser() -> OneLineParser:
                       help="window start: '30m ago', a Unix time or an ISO time (UTC default)")
     snap.add_argument("--to", dest="end", default="now", help="window end (default now)")
     snap.add_argument("--instance", action="append", help="only this server (host:port)")
-    snap.add_argument("--step", type=positive(float), default=15.0,
-                      help="seconds between rows (15)")
+    snap.add_argument("--step", type=positive(float),
+                      help="seconds between rows (default: prometheus.yml's "
+                      "evaluation_interval, one recorded sample each)")
     snap.add_argument("--out", required=True,
                       help="folder to write the pack into (new, or empty)")
     snap.add_argument("--request-metrics-dir", metavar="DIR",
@@ -236,12 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prog = f"{PROG} {args.command}"
     try:
-        # resolved before any command module is imported: they read the folder at import
-        try:
-            os.environ[config_dir.ENV] = str(config_dir.resolve(args.config_dir))
+        try:  # read once, handed to the command
+            s = settings.load(args.config_dir)
         except config_dir.ConfigDirError as err:
             raise Failure(str(err)) from None
-        return _run(args)
+        return _run(args, s)
     except Failure as err:
         return report(prog, err)
     except MissingExtra as err:
@@ -253,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return quiet_broken_pipe()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, s: settings.Settings) -> int:
     if args.command == "snapshot":
         from sglang_obs.tools.snapshot import take
 
@@ -262,26 +261,26 @@ def _run(args: argparse.Namespace) -> int:
         summary = take(args.prometheus, args.start, args.end, Path(args.out), args.instance,
                        args.step, alertmanager=args.alertmanager,
                        alerts_log=Path(args.alerts_log) if args.alerts_log else None,
-                       request_metrics_dir=args.request_metrics_dir)
-        for server, s in summary["servers"].items():
-            print(f"{server}: {' -> '.join(s['dominant']) or 'no bottleneck'}")
+                       request_metrics_dir=args.request_metrics_dir, s=s)
+        for server, found in summary["servers"].items():
+            print(f"{server}: {' -> '.join(found['dominant']) or 'no bottleneck'}")
         print(f"wrote {args.out}/report.md, summary.json, series.csv")
         return 0
     if args.command == "fleet" or (args.command == "stack" and args.fleet is not None):
         from sglang_obs.tools import fleet as fleet_module
 
         if args.command == "stack" or args.fleet_command == "up":
-            return fleet_module.up(args)
+            return fleet_module.up(args, s)
         if args.fleet_command == "shipper-config":
-            return fleet_module.main_shipper_config(args)
-        return fleet_module.main_shipper_flags(args)
+            return fleet_module.main_shipper_config(args, s)
+        return fleet_module.main_shipper_flags(args, s)
     if args.command == "compare":
         from sglang_obs.tools import compare as compare_module
 
         doc, text = compare_module.run(
             args.prometheus, args.before, args.after, args.instance, args.after_instance,
             Path(args.out) if args.out else None, args.resamples, args.seed, args.paired,
-            *(Path(p) if p else None for p in (args.before_pack, args.after_pack)))
+            *(Path(p) if p else None for p in (args.before_pack, args.after_pack)), s=s)
         if args.out:
             verdict = "comparable" if doc["verdict"]["comparable"] else "not comparable"
             print(f"{verdict}; wrote {args.out}/report.md, compare.json, compare.png")
@@ -293,11 +292,11 @@ def _run(args: argparse.Namespace) -> int:
 
         if args.demo == []:
             args.demo = ["long-context-incident"]
-        return stack_module.up(args)
+        return stack_module.up(args, s)
     if args.command == "render-dashboard":
         from sglang_obs.generate import render_dashboard
 
-        for path in render_dashboard.render_command(args.scenario, args.dashboard, args.out):
+        for path in render_dashboard.render_command(args.scenario, args.dashboard, args.out, s):
             print(path)
         return 0
     if args.command == "analyze-log":
@@ -309,11 +308,11 @@ def _run(args: argparse.Namespace) -> int:
 
         return analyze_requests.main(args.files, args.json, args.csv, args.top)
     if args.command in ("detection", "rules", "kubernetes"):
-        return _generate(args)
+        return _generate(args, s)
     return _alert_sink(args)
 
 
-def _generate(args: argparse.Namespace) -> int:
+def _generate(args: argparse.Namespace, s: settings.Settings) -> int:
     """The generators an operator runs on an edited configuration folder."""
     from sglang_obs.generate import products
     from sglang_obs.render.kubernetes import TranslationError
@@ -328,16 +327,17 @@ def _generate(args: argparse.Namespace) -> int:
             except scenarios.ScenarioError as err:
                 raise UsageError(f"argument SCENARIO: {err}") from None
         if args.scenarios:  # printed, not written
-            sys.stdout.write(detection.markdown([detection.detect(n) for n in args.scenarios],
-                                                detection.load_e2e()))
+            sys.stdout.write(detection.markdown(
+                [detection.detect(n, s) for n in args.scenarios], s,
+                detection.load_e2e(s.docs_dir / detection.E2E_RESULTS)))
             return 0
-        return products.run([products.BY_NAME["detection"]], check=False)
+        return products.run([products.BY_NAME["detection"]], False, s)
     if args.command == "rules":
-        return products.run([products.BY_NAME["rules"]], args.check)
+        return products.run([products.BY_NAME["rules"]], args.check, s)
     out = Path(args.out) if args.out else None
-    kube = products.Product("kubernetes", "", lambda: products.kubernetes(out))
+    kube = products.Product("kubernetes", "", lambda given: products.kubernetes(given, out))
     try:
-        return products.run([kube], args.check)
+        return products.run([kube], args.check, s)
     except TranslationError as err:
         raise Failure(str(err)) from None
     except OSError as err:  # one line naming the folder, as every command's errors

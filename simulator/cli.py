@@ -21,6 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from sglang_obs.core import settings
 from sglang_obs.core.cli_support import (
     Failure,
     OneLineParser,
@@ -114,8 +115,9 @@ def build_parser() -> OneLineParser:
     rend = sub.add_parser("render", help="write the scenario's series, faster than real time")
     _common(rend)
     rend.add_argument("--out", type=Path, required=True, help="output folder")
-    rend.add_argument("--step", type=_duration, default=15.0,
-                      help="scrape interval of the rendered series (default 15s)")
+    rend.add_argument("--step", type=_duration,
+                      help="scrape interval of the rendered series (default: prometheus.yml's "
+                      "scrape_interval)")
     rend.add_argument("--poll-interval", type=_duration, default=5.0,
                       help="exporter poll interval in simulated time (default 5s)")
     rend.add_argument("--start", type=float,
@@ -156,7 +158,8 @@ def build_parser() -> OneLineParser:
     what.add_argument("--seeds", type=positive(int, 1, inclusive=True), default=5,
                       help="draws of the estimated load (default 5): each figure's spread")
     what.add_argument("--step", type=_duration,
-                      help="query step (default 15s: the scrape interval; a pack has its own)")
+                      help="query step (default: prometheus.yml's scrape_interval; a pack has "
+                      "its own)")
     what.add_argument("--json", type=Path, metavar="FILE",
                       help="also write the prediction as JSON")
     return parser
@@ -292,6 +295,7 @@ def _render(args, sc) -> int:
         raise UsageError(f"--format: unknown {', '.join(sorted(unknown)) or '(empty)'}; "
                          "a comma list of openmetrics, promtool, log")
     out = folder("--out", args.out)
+    args.step = args.step or settings.default().scrape_interval_s
     start = args.start
     if start is None:  # end at the last full step before now, so a backfill is in retention
         start = (time.time() // args.step) * args.step - sc.duration
@@ -373,7 +377,7 @@ def _what_if(args) -> int:
     else:
         try:
             source = what_if.PrometheusSource(Prometheus(args.prometheus), start, end,
-                                              args.instance, args.step or 15.0)
+                                              args.instance, args.step)
             est = what_if.estimate(source)
         except PrometheusError as err:
             raise Failure(f"--prometheus: {err}") from None

@@ -26,6 +26,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from sglang_obs.core import settings
 from sglang_obs.core.sglang import EXPORTER_ADDRESS, SGLANG_PORT
 from sglang_obs.exporter.collector import (
     ContainerCollector,
@@ -162,7 +163,7 @@ class _SimContainer:
 
 
 def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
-           step: float = 15.0, poll_interval: float = 5.0, instance: str = "sglang:30000",
+           step: float | None = None, poll_interval: float = 5.0, instance: str = "sglang:30000",
            on_event=None, on_poll=None, on_scrape=None,
            request_metrics_dir: Path | None = None) -> Rendered:
     """Every series the stack would store: SGLang's own, and the exporter's with all its
@@ -171,7 +172,9 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
 
     `on_poll(t, snapshot)` is given each poll cycle as the poller gives it to the glance page
     (exporter.status); `on_scrape(index, gpus)` is called at each scrape step, after the GPUs
-    were sampled (`gpus`: the GpuSampler)."""
+    were sampled (`gpus`: the GpuSampler). `step`: the scrape interval (default: the shipped
+    prometheus.yml's)."""
+    step = step or settings.default().scrape_interval_s
     tp, dp = scenario.server.tp_size, scenario.server.dp_size
     prof = profile(release or scenario.release)
     sim_log = _SimLog(instance, prof.release, tp, dp)

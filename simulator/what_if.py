@@ -48,7 +48,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sglang_obs.core import pack
+from sglang_obs.core import pack, settings
 from sglang_obs.core.cli_support import Failure, UsageError
 from sglang_obs.core.pack import pick_server
 from sglang_obs.core.times import iso
@@ -129,7 +129,8 @@ class PrometheusSource:
     """A window of a real Prometheus (sglang_obs.core.prometheus_api), one instance."""
 
     def __init__(self, prom, start: float, end: float, instance: str | None = None,
-                 step: float = 15.0):
+                 step: float | None = None):
+        step = step or settings.default().scrape_interval_s  # prometheus.yml's
         self.prom, self.start, self.end, self.step = prom, start, end, step
         self.where = f"Prometheus {prom.url}"
         found = sorted({dict(k).get("instance", "") for k in prom.query_range(

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.core.states import STATES
 from sglang_obs.exporter.status import Classification, StatusBoard, load_classification
 from sglang_obs.generate import promtool_eval
@@ -16,7 +17,8 @@ from sglang_obs.simulator.render import Rendered, render
 
 from conftest import require_binary
 
-STEP = 15.0  # the shipped scrape and evaluation interval (prometheus/prometheus.yml)
+S = _settings()  # the checkout's configuration, read once
+STEP = S.evaluation_interval_s  # the shipped scrape and evaluation interval
 POLL = 5.0  # the renders' exporter poll interval (as docs/detection.md's)
 STATE_EXPR = "instance:sglang_state:code + 0 * {index}"  # one distinct expression per step
 _GOT = re.compile(r'expr: "instance:sglang_state:code \+ 0 \* (\d+)", time: [^\n]*\n'
@@ -38,7 +40,8 @@ def replay(name: str, classification: Classification | None = None,
     render's own poller; the page's verdict is read at each scrape step, as a browser asking at
     that moment would get it. `until`: stop the page's readings there (the render goes on)."""
     sc = scenarios.load(name)
-    board = StatusBoard(classification or load_classification(), poll_interval=POLL)
+    board = StatusBoard(classification or load_classification(), poll_interval=POLL,
+                        baseline_step=STEP)
     tracker = board.add("sglang:30000")
     page: list[str] = []
 
@@ -75,7 +78,7 @@ def rules_states(rendered: Rendered, workdir: Path) -> list[str | None]:
     require_binary("promtool")
     output = promtool_eval.evaluate(
         input_series(rendered), [(STATE_EXPR.format(index=i), i * STEP)
-                                 for i in range(rendered.steps)], STEP, workdir, "state",
+                                 for i in range(rendered.steps)], STEP, workdir, S, "state",
         timeout=600)
     states: list[str | None] = [None] * rendered.steps
     for index, got in _GOT.findall(output):

@@ -28,12 +28,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.generate import detection
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools.stack import _which
 
 from conftest import ROOT, require_binary
 from helpers import free_port, stop_process, wait_for
+
+S = _settings()  # the checkout's configuration, read once
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -81,7 +84,7 @@ def _prometheus_config(hosts: list[Host], am_port: int, prom_port: int) -> dict:
     config["alerting"]["alertmanagers"][0]["static_configs"] = [
         {"targets": [f"127.0.0.1:{am_port}"]}]
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    t = detection.rules.load_thresholds()["selectors"]
+    t = detection.rules.inputs()["selectors"]
     jobs[t["exporter_job"]]["static_configs"] = [{"targets": [h.exporter for h in hosts]}]
     sd = jobs[t["sglang_job"]]["http_sd_configs"]
     jobs[t["sglang_job"]]["http_sd_configs"] = [
@@ -295,9 +298,9 @@ def test_alert_timing_end_to_end(run):
     if out:
         out.write_text(json.dumps(record, indent=1) + "\n")
     if os.environ.get("SGLANG_OBS_RECORD_E2E") == "1":
-        detection.E2E_RESULTS.write_text(json.dumps(record, indent=1) + "\n")
+        (S.docs_dir / detection.E2E_RESULTS).write_text(json.dumps(record, indent=1) + "\n")
     assert not problems, "\n".join(problems) + "\n" + json.dumps(rows, indent=1)
-    recorded = detection.load_e2e()
+    recorded = detection.load_e2e(S.docs_dir / detection.E2E_RESULTS)
     assert recorded, "docs/detection-e2e.json missing: run with SGLANG_OBS_RECORD_E2E=1"
     drift = []
     for old, new in zip(recorded["scenarios"], rows, strict=True):

@@ -2,13 +2,14 @@
 
 import pytest
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.generate.backfill import rule_levels
 
 from helpers import query
 
 
 def test_rule_levels_put_every_rule_after_the_rules_it_reads():
-    levels = rule_levels()
+    levels = rule_levels(_settings())
     seen = set()
     for level in levels:
         for rule in level:

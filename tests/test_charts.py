@@ -28,7 +28,8 @@ from conftest import ROOT
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 END = T0 + 1200
-TIMES = [T0 + 15 * i for i in range(81)]
+STEP = 15  # seconds between the made-up samples (a backfill's step)
+TIMES = [T0 + STEP * i for i in range(81)]
 GRAFANA_IDS = {"short", "none", "percentunit", "reqps", "ops", "count:tok", "count:tok/s",
                "bytes", "hertz", "celsius", "watt"}
 
@@ -67,7 +68,7 @@ def render_figure():
         (p["Requests finished"], [series("sglang:30000", wave(0.1))]),
         (p["Waiting queue"], []),
     ]
-    fig = rd.draw(data, "overview", T0, END)
+    fig = rd.draw(data, "overview", T0, END, STEP)
     yield fig
     charts.pyplot().close(fig)
 

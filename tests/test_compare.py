@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.tools import compare as c
 
 from conftest import ROOT, require_binary
+
+S = _settings()  # the checkout's configuration, read once
 
 EXE = str(Path(sys.executable).parent / "sglang-obs")
 LIMITS = yaml.safe_load((ROOT / "prometheus/thresholds.yml").read_text())["compare"]
@@ -210,7 +213,7 @@ def served(tmp_path_factory):
     require_binary("prometheus")
     from sglang_obs.generate import compare_example
 
-    with compare_example.served(tmp_path_factory.mktemp("compare") / "data") as got:
+    with compare_example.served(tmp_path_factory.mktemp("compare") / "data", S) as got:
         yield got
 
 
@@ -373,8 +376,8 @@ def test_docs_compare_md_examples_are_current(served):
     from sglang_obs.generate import compare_example
 
     url, w = served
-    committed = compare_example.DOC.read_text()
-    fresh = compare_example.render(committed, url, w)
+    committed = (S.docs_dir / compare_example.DOC).read_text()
+    fresh = compare_example.render(committed, url, w, S)
     (masked_fresh, fresh_states), (masked_doc, doc_states) = _masked(fresh), _masked(committed)
     assert masked_fresh == masked_doc, \
         "docs/compare.md is stale: run python -m sglang_obs.generate compare-example"

@@ -34,8 +34,7 @@ PROVISIONING = ROOT / "grafana" / "provisioning"
 RULES_DIR = ROOT / "prometheus" / "rules"
 sys.path.insert(0, str(DASHBOARDS))
 
-import dashlib  # noqa: E402
-
+from sglang_obs.core.settings import default as _settings  # noqa: E402
 from sglang_obs.core.states import STATES  # noqa: E402
 from sglang_obs.exporter.catalogue import METRICS  # noqa: E402
 from sglang_obs.generate import products  # noqa: E402
@@ -43,6 +42,9 @@ from sglang_obs.generate import products  # noqa: E402
 from promql_text import innermost_call as _innermost_call  # noqa: E402
 from promql_text import matching_paren as _matching_paren  # noqa: E402
 from promql_text import paren_owners as _paren_owners  # noqa: E402
+
+S = _settings()  # the checkout's configuration, read once
+dashlib = products.dashlib(S)  # the definitions' library, given the settings
 from promql_text import quantile_violations  # noqa: E402
 from promql_text import strip_strings as _strip_strings  # noqa: E402
 
@@ -287,11 +289,10 @@ def test_generate_check_reports_stale_and_orphaned_files(tmp_path, capsys):
     for path in DASHBOARDS.iterdir():
         if path.suffix in (".py", ".json"):
             shutil.copy(path, copy / path.name)
-    (tmp_path / "prometheus").symlink_to(ROOT / "prometheus")  # dashlib reads thresholds.yml
     (copy / "sglang-kv.json").write_text("{}\n")
     (copy / "old.json").write_text("{}\n")
-    copied = products.Product("dashboards", "", lambda: products.dashboards(copy))
-    assert products.run([copied], check=True) == 1
+    copied = products.Product("dashboards", "", lambda s: products.dashboards(s, copy))
+    assert products.run([copied], True, S) == 1
     err = capsys.readouterr().err
     assert "sglang-kv.json (stale)" in err
     assert "old.json (not generated" in err

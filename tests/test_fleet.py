@@ -31,6 +31,7 @@ import urllib.request
 import pytest
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.core.states import STATES
 from sglang_obs.generate import fleet_timing
 from sglang_obs.generate.render_dashboard import panels
@@ -39,6 +40,8 @@ from sglang_obs.tools.fleet import Fleet
 
 from conftest import ROOT, require_binary
 from helpers import wait_for
+
+S = _settings()  # the checkout's configuration, read once
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -200,8 +203,8 @@ def test_fleet_end_to_end(fleet):
                 and e["labels"].get("alertname") == alertname
                 and e["labels"].get("host") == host]
 
-    threshold = rules.load_thresholds()["classification"]["prefill_backlog_tokens"]
-    budget = fleet_timing.budgets()["SGLangPrefillBacklog"]
+    threshold = rules.inputs()["classification"]["prefill_backlog_tokens"]
+    budget = fleet_timing.budgets(S)["SGLangPrefillBacklog"]
     onset = wait_for(lambda: first_sample(store, BACKLOG_SIGNAL, host1.name, threshold),
                      240, interval=1)
     assert onset, f"host-1's backlog never reached {threshold} tokens in the store"
@@ -316,8 +319,8 @@ def test_fleet_end_to_end(fleet):
               "setup": f"3 simulated hosts; VictoriaMetrics, vmagent and vmalert {vm_release()}",
               "prefill_backlog_page": RESULTS["prefill_backlog_page"]}
     if os.environ.get("SGLANG_OBS_RECORD_FLEET") == "1":
-        fleet_timing.FLEET_E2E.write_text(json.dumps(record, indent=1) + "\n")
-    recorded = fleet_timing.load_e2e()
+        (S.docs_dir / fleet_timing.FLEET_E2E).write_text(json.dumps(record, indent=1) + "\n")
+    recorded = fleet_timing.load_e2e(S.docs_dir / fleet_timing.FLEET_E2E)
     assert recorded, "docs/fleet-e2e.json missing: run with SGLANG_OBS_RECORD_FLEET=1"
     # Two runs start at other phases of the evaluation and of Alertmanager's groups.
     tolerance = budget.evaluation + budget.group_wait

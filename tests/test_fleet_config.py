@@ -13,12 +13,15 @@ import jsonschema
 import pytest
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.generate import detection, fleet_timing
 from sglang_obs.generate.__main__ import main as generate_main
 from sglang_obs.render import rules, shipper
 from sglang_obs.tools import fleet
 
 from conftest import ROOT, require_binary
+
+S = _settings()  # the checkout's configuration, read once
 
 VM = "victoria-metrics"
 PROM = yaml.safe_load((ROOT / "prometheus/prometheus.yml").read_text())
@@ -29,7 +32,7 @@ def _jobs(config: dict) -> dict[str, dict]:
 
 
 def test_committed_shipper_files_are_generated_from_prometheus_yml():
-    for path, text in shipper.files().items():
+    for path, text in shipper.files(dict(S.prometheus)).items():
         assert path.read_text() == text, (
             f"{path.relative_to(ROOT)} drifted from prometheus.yml: run make "
             "generate")
@@ -84,7 +87,7 @@ def test_the_host_label_set_by_the_shipper_survives_the_exporter_jobs_relabellin
 def test_vmagent_accepts_the_generated_config(tmp_path):
     require_binary("vmagent", VM)
     result = subprocess.run(
-        ["vmagent", f"-promscrape.config={shipper.VMAGENT_YML}", "-dryRun"],
+        ["vmagent", f"-promscrape.config={S.root / shipper.VMAGENT_YML}", "-dryRun"],
         capture_output=True, text=True, env={shipper.CLUSTER_ENV: "c", shipper.HOST_ENV: "h"},
         cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -105,10 +108,10 @@ def test_vmagent_rejects_what_it_cannot_parse_so_the_generator_must_strip_it(tmp
 
 def test_prometheus_agent_config_is_valid_for_promtool():
     promtool = require_binary("promtool")
-    result = subprocess.run([promtool, "check", "config", str(shipper.AGENT_YML)],
+    result = subprocess.run([promtool, "check", "config", str(S.root / shipper.AGENT_YML)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    config = yaml.safe_load(shipper.AGENT_YML.read_text())
+    config = yaml.safe_load((S.root / shipper.AGENT_YML).read_text())
     assert "rule_files" not in config  # agent mode has neither
     assert "alerting" not in config
     assert config["remote_write"][0]["url"] == shipper.CENTRAL_WRITE_URL
@@ -131,7 +134,7 @@ def test_shipper_config_command_writes_a_valid_config_for_one_host(tmp_path):
 
 def test_victoria_metrics_accepts_the_central_scrape_config(tmp_path):
     require_binary(VM, VM)
-    result = subprocess.run([VM, f"-promscrape.config={shipper.CENTRAL_SCRAPE_YML}",
+    result = subprocess.run([VM, f"-promscrape.config={S.root / shipper.CENTRAL_SCRAPE_YML}",
                              "-promscrape.config.dryRun"], capture_output=True, text=True,
                             cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -139,16 +142,16 @@ def test_victoria_metrics_accepts_the_central_scrape_config(tmp_path):
 
 # -- the vmalert variant of the rules ------------------------------------------------------------
 def test_vmalert_variant_is_current_and_is_the_rules_without_the_dropped_fields():
-    t = rules.load_thresholds()
+    t = rules.inputs()
     files = rules.vmalert_rule_files(t)
     for path, text in files.items():
         assert path.read_text() == text, f"{path} stale: python -m sglang_obs.generate rules"
-    assert sorted(p.name for p in rules.VMALERT_RULES_DIR.glob("*.yml")) == sorted(
+    assert sorted(p.name for p in S.vmalert_rules_dir.glob("*.yml")) == sorted(
         p.name for p in files), "a rule file vmalert would load that the generator no longer makes"
     # Prometheus' rules, file by file and group by group, in the order it evaluates them...
     expected = []
     for name, _ in rules.RULE_FILES:
-        for group in yaml.safe_load((rules.RULES_DIR / name).read_text())["groups"]:
+        for group in yaml.safe_load((S.rules_dir / name).read_text())["groups"]:
             for rule in group["rules"]:
                 for field in rules.VMALERT_DROPPED_FIELDS:
                     rule.pop(field, None)
@@ -165,24 +168,24 @@ def test_fleet_onset_to_page_block_is_current():
 
 
 def test_the_fleet_budget_counts_one_evaluation_per_recorded_link():
-    t = rules.load_thresholds()
+    t = rules.inputs()
     records = {r.name: r.expr for g in rules.recording_groups(t) for r in g.rules}
     assert fleet_timing.depth("sglang:num_running_reqs", records) == 0
     assert fleet_timing.depth("instance:sglang_prefill_backlog_tokens:max", records) == 1
     # the alert reads the state record, which reads the backlog record, which reads the exporter
     assert fleet_timing.depth("instance:sglang_state:code", records) == 3  # the 1h baseline too
-    backlog = fleet_timing.budgets(t)["SGLangPrefillBacklog"]
-    one_host = detection.budgets()["SGLangPrefillBacklog"]
+    backlog = fleet_timing.budgets(S)["SGLangPrefillBacklog"]
+    one_host = detection.budgets(S)["SGLangPrefillBacklog"]
     assert backlog.links == 2
     # one more evaluation than on one host (whose recording group costs one), plus the shipping
     assert backlog.notify_worst == one_host.notify_worst + one_host.evaluation + backlog.transport
 
 
 def test_the_recorded_fleet_page_came_inside_the_budget():
-    recorded = fleet_timing.load_e2e()
+    recorded = fleet_timing.load_e2e(S.docs_dir / fleet_timing.FLEET_E2E)
     assert recorded, "docs/fleet-e2e.json missing: SGLANG_OBS_RECORD_FLEET=1 pytest test_fleet.py"
     m = recorded["prefill_backlog_page"]
-    assert m["budget_s"] == fleet_timing.budgets()["SGLangPrefillBacklog"].notify_worst, (
+    assert m["budget_s"] == fleet_timing.budgets(S)["SGLangPrefillBacklog"].notify_worst, (
         "the budget changed since the recorded run: rerun it")
     assert 0 < m["onset_to_page_s"] <= m["budget_s"]
     assert m["margin_s"] == m["budget_s"] - m["onset_to_page_s"]
@@ -193,10 +196,10 @@ def test_the_recorded_fleet_page_came_inside_the_budget():
 
 def test_vmalert_accepts_the_variant_and_rejects_what_it_drops(tmp_path):
     require_binary("vmalert", VM)
-    ok = subprocess.run(["vmalert", "-dryRun", f"-rule={rules.VMALERT_RULES_DIR}/*.yml"],
+    ok = subprocess.run(["vmalert", "-dryRun", f"-rule={S.vmalert_rules_dir}/*.yml"],
                         capture_output=True, text=True, cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    shipped = subprocess.run(["vmalert", "-dryRun", f"-rule={rules.RULES_DIR}/*.yml"],
+    shipped = subprocess.run(["vmalert", "-dryRun", f"-rule={S.rules_dir}/*.yml"],
                              capture_output=True, text=True, cwd=tmp_path)
     if shipped.returncode == 0:
         pytest.skip("this vmalert (>= 1.92) reads keep_firing_for: the variant is not needed")
@@ -240,7 +243,7 @@ def test_central_compose_runs_the_rules_variant_with_the_store_flags_and_grafana
     vmalert = services["vmalert"]["command"]
     assert "-rule=/etc/prometheus/rules-vmalert/*.yml" in vmalert
     assert "-datasource.queryStep=15s" in vmalert  # as fleet.vmalert_args: a silent host ends
-    native = fleet.vmalert_args("http://vm", "http://am", ":8880")
+    native = fleet.vmalert_args("http://vm", "http://am", ":8880", S)
     assert {a.split("=")[0] for a in native} == {a.split("=")[0] for a in vmalert}
     assert any(c.startswith("-notifier.url=http://alertmanager:9093")
                for c in services["vmalert"]["command"])
@@ -279,11 +282,12 @@ def test_prometheus_as_the_central_store_loads_the_shipped_rules():
     """The remote-write-receiver alternative (docs/fleet.md): promtool checks the config and the
     four rule files it names (prometheus/rules/ as shipped, keep_firing_for included)."""
     promtool = require_binary("promtool")
-    result = subprocess.run([promtool, "check", "config", str(shipper.PROMETHEUS_CENTRAL_YML)],
+    result = subprocess.run([promtool, "check", "config",
+                             str(S.root / shipper.PROMETHEUS_CENTRAL_YML)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(PROM['rule_files'])} rule files found" in result.stdout
-    jobs = _jobs(yaml.safe_load(shipper.PROMETHEUS_CENTRAL_YML.read_text()))
+    jobs = _jobs(yaml.safe_load((S.root / shipper.PROMETHEUS_CENTRAL_YML).read_text()))
     assert not set(jobs) & set(shipper.HOST_JOBS), "the hosts' jobs are the shippers'"
 
 

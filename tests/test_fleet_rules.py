@@ -11,9 +11,12 @@ import re
 import pytest
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.render import rules
 
 from conftest import ROOT
+
+S = _settings()  # the checkout's configuration, read once
 
 CLAUSE = re.compile(r"\b(by|on|without|ignoring)\s*\(([^)]*)\)")
 AGGREGATIONS = ("sum", "min", "max", "avg", "count", "group", "stddev", "stdvar", "quantile",
@@ -70,7 +73,7 @@ def test_the_scanners_catch_what_they_are_for():
     assert bare_aggregations("max_over_time(x[5m])") == []
 
 
-@pytest.mark.parametrize("directory", [rules.RULES_DIR, rules.VMALERT_RULES_DIR],
+@pytest.mark.parametrize("directory", [S.rules_dir, S.vmalert_rules_dir],
                          ids=["prometheus", "vmalert"])
 def test_every_generated_rule_keeps_cluster_in_its_by_and_on_clauses(directory):
     problems = []
@@ -86,15 +89,15 @@ def test_every_generated_rule_keeps_cluster_in_its_by_and_on_clauses(directory):
 
 
 def test_the_fleet_wide_alerts_are_the_only_exceptions_and_exist():
-    names = {name for name, _ in _rules(rules.RULES_DIR)}
+    names = {name for name, _ in _rules(S.rules_dir)}
     assert set(rules.FLEET_WIDE_ALERTS) <= names
-    exceptions = {name for name, expr in _rules(rules.RULES_DIR)
+    exceptions = {name for name, expr in _rules(S.rules_dir)
                   if clause_violations(expr) or bare_aggregations(expr)}
     assert exceptions == set(rules.FLEET_WIDE_ALERTS)
 
 
 def test_templated_queries_in_annotations_select_the_alerts_cluster():
-    for path in sorted(rules.RULES_DIR.glob("*.yml")):
+    for path in sorted(S.rules_dir.glob("*.yml")):
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
                 for text in rule.get("annotations", {}).values():
@@ -103,7 +106,7 @@ def test_templated_queries_in_annotations_select_the_alerts_cluster():
 
 
 def test_dashboard_links_of_alerts_carry_the_cluster_and_host():
-    for path in sorted(rules.RULES_DIR.glob("*.yml")):
+    for path in sorted(S.rules_dir.glob("*.yml")):
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
                 if "alert" in rule:

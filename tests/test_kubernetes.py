@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from sglang_obs import __version__, cli
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.exporter import catalogue
 from sglang_obs.exporter import cli as exporter_cli
 from sglang_obs.render import kubernetes
@@ -47,6 +47,8 @@ from k8s_model import (
     subschema,
     targets,
 )
+
+S = _settings()  # the checkout's configuration, read once
 
 K8S = ROOT / "deploy" / "kubernetes"
 BASE = K8S / "base"
@@ -139,7 +141,7 @@ def env(container: dict) -> dict[str, str]:
 
 
 def test_committed_files_are_what_make_generate_writes():
-    assert kubernetes.stale(K8S, kubernetes.files()) == [], "run make generate"
+    assert kubernetes.stale(K8S, kubernetes.files(S)) == [], "run make generate"
 
 
 def test_check_reports_missing_stale_and_extra_files(tmp_path, capsys):
@@ -156,8 +158,7 @@ def test_check_reports_missing_stale_and_extra_files(tmp_path, capsys):
     assert "left-over.yaml (not generated" in err
 
 
-def test_sglang_obs_kubernetes_check_passes(monkeypatch):
-    monkeypatch.setenv(config_dir.ENV, str(ROOT))  # cli.main sets it; restored afterwards
+def test_sglang_obs_kubernetes_check_passes():
     assert cli.main(["kubernetes", "--check"]) == 0
 
 
@@ -165,7 +166,7 @@ def test_untranslatable_configuration_fails_loudly():
     job = copy.deepcopy(jobs()["sglang"])
     job["relabel_configs"] = [{"action": "drop"}]
     with pytest.raises(kubernetes.TranslationError, match="relabel_configs"):
-        kubernetes.pod_monitor(load(PROMETHEUS_YML), job)
+        kubernetes.pod_monitor(load(PROMETHEUS_YML), job, S.selectors)
     with pytest.raises(kubernetes.TranslationError, match="mute"):
         kubernetes.route({"receiver": "x", "match": {"a": "b"}, "mute": 1})
     with pytest.raises(kubernetes.TranslationError, match="only webhooks"):
@@ -240,7 +241,7 @@ def test_rule_unit_tests_pass_on_the_extracted_rules(tmp_path, test_file):
 # --- PodMonitors: prometheus.yml's jobs ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(kubernetes.JOB_PORTS))
+@pytest.mark.parametrize("name", sorted(kubernetes.job_ports(S.selectors)))
 def test_podmonitor_keeps_the_jobs_limits_interval_and_path(name):
     prom, job, pm = load(PROMETHEUS_YML), jobs()[name], pod_monitors()[name]
     spec, [endpoint] = pm["spec"], pm["spec"]["podMetricsEndpoints"]
@@ -263,7 +264,7 @@ SAMPLES = [  # label sets a scrape can return, to compare the two relabellings o
 ]
 
 
-@pytest.mark.parametrize("name", sorted(kubernetes.JOB_PORTS))
+@pytest.mark.parametrize("name", sorted(kubernetes.job_ports(S.selectors)))
 def test_podmonitor_metric_relabelings_do_what_prometheus_yml_does(name):
     job, [endpoint] = jobs()[name], pod_monitors()[name]["spec"]["podMetricsEndpoints"]
     assert endpoint.get("metricRelabelings"), "prometheus.yml's job relabels its series"
@@ -278,7 +279,8 @@ def test_podmonitor_metric_relabelings_do_what_prometheus_yml_does(name):
 
 def test_the_podmonitors_set_the_job_the_rules_select_on():
     selectors = load(ROOT / "prometheus" / "thresholds.yml")["selectors"]
-    assert set(kubernetes.JOB_PORTS) == {selectors["sglang_job"], selectors["exporter_job"]}
+    assert set(kubernetes.job_ports(S.selectors)) == {selectors["sglang_job"],
+                                                      selectors["exporter_job"]}
     for name, pm in pod_monitors().items():
         assert {"targetLabel": "job", "replacement": name} in (
             pm["spec"]["podMetricsEndpoints"][0]["relabelings"])
@@ -433,7 +435,8 @@ def test_alertmanagerconfig_has_alertmanager_ymls_routes_inhibitions_and_receive
     scope = route["matchers"].pop(0)
     # Nested under Alertmanager's own root, the route takes this stack's alerts and no others.
     assert scope == {"name": "alertname", "matchType": "=~",
-                     "value": "|".join(kubernetes.alert_names(load(PROMETHEUS_YML)))}
+                     "value": "|".join(kubernetes.alert_names(load(PROMETHEUS_YML),
+                                                           PROMETHEUS_YML.parent))}
     if not route["matchers"]:
         del route["matchers"]
 

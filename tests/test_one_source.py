@@ -106,3 +106,45 @@ def test_the_prompt_classes_are_named_in_one_module():
                     getattr(e, "value", None) for e in node.elts] == list(PROMPT_CLASS_BOUNDS):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: the bounds")
     assert found == []
+
+
+# An interval typed as a number or a duration where a step or an interval is named: the
+# scrape and evaluation intervals are prometheus.yml's (sglang_obs.core.settings reads them).
+_INTERVAL_COPY = [
+    # STEP = 15, step: float = 15.0, interval="15s", {"scrape_interval": "15s"}
+    re.compile(r"""(?i)(step|interval)\w*["']?\s*(:\s*[\w\[\], |.]+)?\s*[=:]\s*["']?"""
+               r"""(?P<n>\d+(\.\d+)?)s?["']?\s*[,)}\n]"""),
+    # add_argument("--step", ..., default=15.0)
+    re.compile(r"""(?i)["']--[\w-]*(step|interval)[\w-]*["'].*default=(?P<n>\d+(\.\d+)?)"""),
+]
+
+
+def interval_copies(path, seconds: set[float], root=ROOT) -> list[str]:
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if any(float(m.group("n")) in seconds
+               for pattern in _INTERVAL_COPY for m in pattern.finditer(code + "\n")):
+            found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_module_types_the_scrape_or_evaluation_interval():
+    from sglang_obs.core.settings import default
+
+    s = default()
+    seconds = {s.scrape_interval_s, s.evaluation_interval_s}
+    assert [c for path in CODE for c in interval_copies(path, seconds)] == []
+
+
+def test_the_interval_scan_sees_a_copy(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('STEP = 15  # seconds\nevaluation_interval: str = "15s"\n'
+                    "def f(step: float = 15.0):\n    return step\nWINDOW = 15\n"
+                    'G = {"global": {"scrape_interval": "15s"}}\n'
+                    'p.add_argument("--step", type=float, default=15.0)\n'
+                    'p.add_argument("--seeds", type=int, default=15)\n')
+    assert [c.split(": ", 1)[1] for c in interval_copies(path, {15.0}, tmp_path)] == [
+        "STEP = 15  # seconds", 'evaluation_interval: str = "15s"',
+        "def f(step: float = 15.0):", 'G = {"global": {"scrape_interval": "15s"}}',
+        'p.add_argument("--step", type=float, default=15.0)']

@@ -201,7 +201,7 @@ def _all_rule_exprs() -> list[tuple[str, str]]:
 RAW_COUNTER_READS = {
     # A counter SGLang creates at its first retraction, already counting it: increase() sees
     # nothing, so a young series is counted from zero (min_over_time, unless ... offset).
-    rules.retractions_record(rules.load_thresholds()),
+    rules.retractions_record(rules.inputs()),
 }
 
 

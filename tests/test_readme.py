@@ -7,11 +7,14 @@ import re
 
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.exporter.cli import build_parser
 from sglang_obs.generate import readme
 from sglang_obs.simulator import scenario as scenarios
 
 from conftest import ROOT
+
+S = _settings()  # the checkout's configuration, read once
 
 TEXT = (ROOT / "README.md").read_text()
 _BLOCK = re.compile(r"<!-- generated:(\S+) -->\n.*?<!-- end:\1 -->", re.S)
@@ -52,13 +55,13 @@ def outside_blocks(text: str) -> str:
 
 
 def test_the_generated_blocks_are_fresh():
-    assert readme.render(TEXT) == TEXT, "README.md is stale: run make generate"
+    assert readme.render(TEXT, S) == TEXT, "README.md is stale: run make generate"
 
 
 def test_the_demo_timing_is_the_scenarios_declared_ground_truth():
     # tests/test_simulator_scenarios.py checks the truth against the rendered series
     sc = scenarios.load(readme.DEMO)
-    block = readme.blocks()["demo-incident"]
+    block = readme.blocks(S)["demo-incident"]
     backlog = next(t for t in sc.truth if t.cls == "prefill_backlog")
     assert f"prefill backlog from {backlog.start:.0f} s" in block
     assert f"a {readme.minutes(sc.duration)} scenario" in block
@@ -81,7 +84,7 @@ def test_every_timing_outside_the_generated_blocks_is_checked():
 def test_the_detection_timings_quote_the_recorded_end_to_end_run():
     from sglang_obs.generate import detection
 
-    e2e = detection.load_e2e()
+    e2e = detection.load_e2e(S.docs_dir / detection.E2E_RESULTS)
     assert e2e, "docs/detection-e2e.json missing"
     block = TEXT.split("<!-- generated:detection-timings -->", 1)[1].split(
         "<!-- end:detection-timings -->", 1)[0]
@@ -118,7 +121,7 @@ def test_warnings_are_never_called_pages():
 
 
 def test_every_port_is_listed_with_the_simulators():
-    block = readme.ports()
+    block = readme.ports(S)
     for port in ("3000", "9090", "9093", "9095", "9840", "30000"):
         assert f"| {port} |" in block, port
 

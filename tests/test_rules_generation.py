@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.generate import detection
 from sglang_obs.render import rules
 from sglang_obs.tools.alert_sink import AlertSink
@@ -18,9 +19,11 @@ from sglang_obs.tools.alert_sink import AlertSink
 from conftest import ROOT, require_binary
 from helpers import rendered
 
+S = _settings()  # the checkout's configuration, read once
+
 
 def test_rule_files_are_generated_from_thresholds_yml():
-    stale = [str(p) for p, text in rules.rule_files(rules.load_thresholds()).items()
+    stale = [str(p) for p, text in rules.rule_files(rules.inputs()).items()
              if not p.exists() or p.read_text() != text]
     assert not stale, f"stale (run make generate): {stale}"
 
@@ -34,7 +37,7 @@ def test_promtool_accepts_the_shipped_prometheus_config_and_its_rules():
 
 
 def test_every_threshold_in_the_yaml_reaches_the_rules():
-    t = rules.load_thresholds()
+    t = rules.inputs()
     text = "".join(rules.rule_files(t).values())
     for section in ("classification", "alerts"):
         for key, value in t[section].items():
@@ -110,7 +113,7 @@ def _alertname_matchers(config: dict) -> list[tuple[str, str]]:
 
 
 def test_every_alertname_alertmanager_matches_is_a_generated_alert():
-    generated = {rule["alert"] for path in rules.RULES_DIR.glob("*.alerts.yml")
+    generated = {rule["alert"] for path in S.rules_dir.glob("*.alerts.yml")
                  for group in yaml.safe_load(path.read_text())["groups"]
                  for rule in group["rules"] if "alert" in rule}
     config = yaml.safe_load((ROOT / "alertmanager/alertmanager.yml").read_text())
@@ -132,20 +135,22 @@ def test_state_codes_are_the_documented_order():
 def detections():
     require_binary("promtool")
     # The same renders as the ground-truth checks of test_simulator_scenarios.py: done once.
-    return [detection.detect(name, rendered(name, step=detection.STEP, poll_interval=5.0))
+    step = detection.step_seconds(S)
+    return [detection.detect(name, S, rendered(name, step=step, poll_interval=5.0))
             for name in detection.scenarios.available()]
 
 
 @pytest.mark.slow  # `detections`: every scenario rendered and evaluated by promtool (minutes)
 def test_detection_table_is_current(detections):
-    assert detection.markdown(detections, detection.load_e2e()) == (
+    e2e = detection.load_e2e(S.docs_dir / detection.E2E_RESULTS)
+    assert detection.markdown(detections, S, e2e) == (
         ROOT / "docs/detection.md").read_text(), "docs/detection.md is stale: run make generate"
 
 
 @pytest.mark.slow
 def test_every_fault_notifies_with_its_class_within_90_seconds(detections):
     """promtool's firing time plus the route's group_wait: the e2e run measures the rest."""
-    budgets = detection.budgets()
+    budgets = detection.budgets(S)
     checked = 0
     for d in detections:
         for i, truth in enumerate(d.truth):
@@ -161,11 +166,11 @@ def test_every_fault_notifies_with_its_class_within_90_seconds(detections):
 @pytest.mark.slow
 def test_every_fault_that_clears_is_resolved_within_the_budget(detections):
     """Resolved in Prometheus early enough that the group's next flush is within target."""
-    budgets = detection.budgets()
+    budgets = detection.budgets(S)
     checked = 0
     for d in detections:
         for i, truth in enumerate(d.truth):
-            if truth.cls in detection.CLASS_ALERT and truth.end < d.end - detection.STEP:
+            if truth.cls in detection.CLASS_ALERT and truth.end < d.end - detection.step_seconds(S):
                 resolved = d.resolved_after_clear(i)
                 flush = budgets[detection.CLASS_ALERT[truth.cls]].group_interval
                 assert resolved is not None, (d.scenario, truth, "still firing")
@@ -189,22 +194,22 @@ def test_healthy_and_idle_windows_fire_nothing(detections):
 
 @pytest.mark.slow
 def test_each_sustain_is_longer_than_its_state_ever_holds_on_a_quiet_scenario(detections):
-    budgets = detection.budgets()
+    budgets = detection.budgets(S)
     quiet = [d for d in detections if d.longest_runs]
     assert {d.scenario for d in quiet} == set(detection.quiet_scenarios())
     alert_of = {"unavailable": "SGLangServerDown",
                 **{s: detection.CLASS_ALERT[s] for s in rules.SATURATION_STATES}}
     for d in quiet:
         for state, run in d.longest_runs.items():
-            held = (run - 1) * detection.STEP if run else None
+            held = (run - 1) * detection.step_seconds(S) if run else None
             assert run < detection.MAX_RUN, (d.scenario, state)
             assert held is None or held < budgets[alert_of[state]].sustain, (d.scenario, state)
 
 
 def test_time_budget_is_read_from_the_shipped_files():
-    b = detection.budgets()
+    b = detection.budgets(S)
     am = yaml.safe_load((ROOT / "alertmanager/alertmanager.yml").read_text())
-    t = rules.load_thresholds()
+    t = rules.inputs()
     assert b["SGLangDecodeContention"].sustain == detection.seconds(
         t["sustain"]["decode_contention"])
     ticket = next(r for r in am["route"]["routes"] if r["receiver"] == "ticket")

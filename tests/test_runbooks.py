@@ -1,23 +1,27 @@
 """docs/runbooks.md quotes the thresholds through generated blocks, and has a section per alert."""
 
 import copy
+import dataclasses
 import re
 
 import pytest
 import yaml
 
 from sglang_obs.core.doc_blocks import DocBlockError
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.generate import products
 from sglang_obs.generate.__main__ import main as generate_main
 from sglang_obs.render import rules, runbooks
 
 from conftest import ROOT
 
+S = _settings()  # the checkout's configuration, read once
+
 DOC = ROOT / "docs" / "runbooks.md"
 
 
 def _alerts_in_rule_files() -> list[dict]:
-    return [rule for path in sorted(rules.RULES_DIR.glob("*.alerts.yml"))
+    return [rule for path in sorted(S.rules_dir.glob("*.alerts.yml"))
             for group in yaml.safe_load(path.read_text())["groups"]
             for rule in group["rules"] if "alert" in rule]
 
@@ -28,18 +32,18 @@ def _github_anchor(heading: str) -> str:
 
 
 def test_the_checkout_regenerates_its_runbook():
-    files, _ = products.rules()
+    files, _ = products.rules(S)
     assert DOC in files
 
 
 def test_committed_runbook_is_the_rendering_of_the_committed_thresholds():
     committed = DOC.read_text()
-    assert runbooks.render(committed, rules.load_thresholds()) == committed, (
+    assert runbooks.render(committed, rules.inputs()) == committed, (
         "docs/runbooks.md is stale: run make generate")
 
 
 def test_a_changed_threshold_reaches_the_runbook_where_the_old_one_was():
-    t = copy.deepcopy(rules.load_thresholds())
+    t = copy.deepcopy(rules.inputs())
     assert t["classification"]["scheduling_kv_ratio_below"] == 0.8
     t["classification"]["scheduling_kv_ratio_below"] = 0.7
     committed = DOC.read_text()
@@ -57,19 +61,20 @@ def test_a_changed_threshold_reaches_the_runbook_where_the_old_one_was():
         assert b == a.replace("KV occupancy < 0.8", "KV occupancy < 0.7")
 
 
-def test_rules_check_reports_a_stale_runbook(tmp_path, monkeypatch, capsys):
+def test_rules_check_reports_a_stale_runbook(tmp_path, capsys):
     stale = tmp_path / "runbooks.md"
     stale.write_text(DOC.read_text().replace("KV occupancy < 0.8", "KV occupancy < 0.5"))
-    monkeypatch.setattr(products, "_docs", lambda: tmp_path)
-    assert generate_main(["--check", "rules"]) == 1
+    rules_product = [products.BY_NAME["rules"]]
+    assert products.run(rules_product, True, dataclasses.replace(S, docs=tmp_path)) == 1
     assert f"rules: {stale} (stale)" in capsys.readouterr().err
     # Without a checkout's docs/ (an installed wheel) only the rule files are checked.
-    monkeypatch.setattr(products, "_docs", lambda: tmp_path / "no-docs")
+    assert products.run(rules_product, True,
+                        dataclasses.replace(S, docs=tmp_path / "no-docs")) == 0
     assert generate_main(["--check", "rules"]) == 0
 
 
 def test_a_block_without_a_generator_or_a_generator_without_a_block_fails():
-    t = rules.load_thresholds()
+    t = rules.inputs()
     committed = DOC.read_text()
     with pytest.raises(DocBlockError, match="no generator"):
         runbooks.render(committed + "\n<!-- generated:retired -->\n<!-- end:retired -->\n", t)
@@ -80,7 +85,7 @@ def test_a_block_without_a_generator_or_a_generator_without_a_block_fails():
 def test_every_alert_has_a_section_at_its_runbook_url():
     text = DOC.read_text()
     anchors = {_github_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
-    base = rules.load_thresholds()["runbook_base"]
+    base = rules.inputs()["runbook_base"]
     assert base.endswith("/docs/runbooks.md")
     alerts = _alerts_in_rule_files()
     assert len(alerts) >= 20

@@ -13,11 +13,12 @@ import statistics
 
 import pytest
 
+from sglang_obs.core.settings import default as _settings
 from sglang_obs.simulator import scenario as scenarios
 
 from helpers import rendered as rendered_with
 
-STEP = 15.0
+STEP = _settings().evaluation_interval_s  # the shipped scrape and evaluation interval
 
 
 def rendered(name):

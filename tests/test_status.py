@@ -22,7 +22,6 @@ from sglang_obs.exporter.nvml import GpuReading, NvmlReading
 from sglang_obs.exporter.poller import PollSettings, Snapshot, TargetPoller
 from sglang_obs.exporter.queue_run import QueueRunState
 from sglang_obs.exporter.status import (
-    BASELINE_STEP,
     PRIORITY,
     Classification,
     Signals,
@@ -70,7 +69,7 @@ def test_classification_reads_every_threshold_of_the_shipped_file_and_nothing_el
 
 
 def test_verdict_priority_is_the_recording_rules_order():
-    t = rules.load_thresholds()
+    t = rules.inputs()
     assert tuple(k.state for k in rules.state_classes(t)) == PRIORITY
 
 
@@ -120,7 +119,7 @@ def test_baseline_takes_one_sample_per_evaluation_step_and_an_absent_one_counts_
     tracker.observe(0.0, snapshot(decode_speed_per_request=None, polls=1))
     tracker.observe(5.0, snapshot(decode_speed_per_request=50.0, polls=2))
     tracker.observe(10.0, snapshot(decode_speed_per_request=50.0, polls=3))
-    tracker.observe(BASELINE_STEP, snapshot(decode_speed_per_request=10.0, polls=4))
+    tracker.observe(board.baseline_step, snapshot(decode_speed_per_request=10.0, polls=4))
     # Check: the rules' recorded series has no sample at 0 and 10.0 at 15: the p90 is 10
     assert tracker.signals()[0].speed_p90_1h == 10.0
 

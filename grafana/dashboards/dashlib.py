@@ -2,8 +2,10 @@
 
 House style (grafanalib README, "factor out what works"): the datasource and template variables,
 the selectors, a few panel functions and the layout helper live here; each `<name>.dashboard.py`
-defines a module-level `dashboard` with one call per panel. `generate.py` renders every definition
-to `<name>.json` through `render()`, the one function that touches grafanalib's private `_gen`.
+defines a module-level `dashboard` with one call per panel. `python -m sglang_obs.generate
+dashboards` loads this module with the stack's settings (`settings`, set before it runs: it reads
+no file itself) and renders every definition to `<name>.json` through `render()`, the one function
+that touches grafanalib's private `_gen`.
 
 Conventions every panel follows (and tests/test_dashboards.py checks on the generated JSON):
 - the first variable is `datasource`; every panel and target uses `${datasource}`, no uid is
@@ -26,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import attr
-import yaml
 from grafanalib.core import (
     Dashboard,
     DashboardLink,
@@ -49,9 +50,11 @@ from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import STATE_COLOURS, STATES
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 
-THRESHOLDS: dict[str, Any] = yaml.safe_load((ROOT / "prometheus" / "thresholds.yml").read_text())
+# The stack's Settings (sglang_obs.core.settings), given by the generator that loads this module
+# (sglang_obs.generate.products.dashlib) before it runs.
+settings: Any
+THRESHOLDS: dict[str, Any] = dict(settings.thresholds)  # noqa: F821 (set by the loader)
 SLO = THRESHOLDS["slo"]
 CLASSIFY = THRESHOLDS["classification"]
 ALERTS = THRESHOLDS["alerts"]

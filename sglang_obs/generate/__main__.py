@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sglang_obs.core import settings
 from sglang_obs.generate import products
 
 
@@ -31,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown product {', '.join(unknown)} (known: {', '.join(products.NAMES)})")
     chosen = [p for p in products.PRODUCTS if not args.products or p.name in args.products]
-    return products.run(chosen, args.check)
+    try:
+        s = settings.load()
+    except settings.SettingsError as err:
+        print(f"python -m sglang_obs.generate: {err}", file=sys.stderr)
+        return 1
+    return products.run(chosen, args.check, s)
 
 
 if __name__ == "__main__":

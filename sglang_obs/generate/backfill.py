@@ -28,13 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import Settings, default
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render, write_openmetrics, write_promtool_series
 
-ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-RECORDING_RULES = ROOT / "prometheus" / "rules" / "sglang.rules.yml"
-STEP = 15
+RECORDING_RULES = "sglang.rules.yml"  # in prometheus/rules/
 
 
 class BackfillError(RuntimeError):
@@ -48,8 +46,9 @@ def _binary(name: str) -> str:
     return path
 
 
-def rule_levels(path: Path = RECORDING_RULES) -> list[list[dict]]:
+def rule_levels(s: Settings) -> list[list[dict]]:
     """Recording rules grouped so that each level only reads raw series and earlier levels."""
+    path = s.rules_dir / RECORDING_RULES
     rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]
              if "record" in r]
     names = {r["record"] for r in rules}
@@ -121,12 +120,17 @@ class Backfilled:
     start: float  # unix time of the first sample
     end: float
     scenario: str
+    step: int  # seconds between samples
 
 
-def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
-             release: str | None = None, alerts: bool = False) -> Backfilled:
+def backfill(name: str, data: Path, step: int | None = None, end: float | None = None,
+             release: str | None = None, alerts: bool = False,
+             s: Settings | None = None) -> Backfilled:
     """Render scenario `name` (as `release`, default the scenario's) so that it ends at `end`
-    (default: now) and backfill `data`; with `alerts`, the ALERTS series too."""
+    (default: now) and backfill `data` at `step` (default: the evaluation interval of `s`, whose
+    rules it records and evaluates); with `alerts`, the ALERTS series too."""
+    s = s or default()
+    step = step or int(s.evaluation_interval_s)
     sc = scenarios.load(name)
     end = (time.time() // step) * step if end is None else end
     start = end - (sc.duration // step) * step
@@ -136,12 +140,12 @@ def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
         om = Path(tmp) / "series.om.txt"
         rendered = render(sc, release, start=start, step=step)
         if alerts:
-            for labels, steps in firing_alerts(rendered, Path(tmp)).items():
+            for labels, steps in firing_alerts(rendered, Path(tmp), s).items():
                 for i in steps:
                     rendered.add("ALERTS", dict(labels), i, 1.0)
         write_openmetrics(rendered, om)
         _run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)])
-        for i, rules in enumerate(rule_levels()):
+        for i, rules in enumerate(rule_levels(s)):
             rule_file = Path(tmp) / f"level{i}.yml"
             rule_file.write_text(yaml.safe_dump(
                 {"groups": [{"name": f"backfill-level-{i}", "rules": rules}]}, width=1000))
@@ -152,7 +156,7 @@ def backfill(name: str, data: Path, step: int = STEP, end: float | None = None,
                       f"--output-dir={out}", str(rule_file)])
             for block in out.iterdir() if out.exists() else ():
                 shutil.move(str(block), data / block.name)
-    return Backfilled(data, start, end, name)
+    return Backfilled(data, start, end, name, step)
 
 
 _FAILED_AT = re.compile(r'expr: "ALERTS\{alertstate=\\"firing\\"\}", time: (\S+),\n\s+exp: .*\n'
@@ -166,7 +170,7 @@ def _promtool_seconds(text: str) -> float:
     return sum(float(v) * units[u] for v, u in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text))
 
 
-def firing_alerts(rendered: Rendered, workdir: Path) -> dict[tuple, set[int]]:
+def firing_alerts(rendered: Rendered, workdir: Path, s: Settings) -> dict[tuple, set[int]]:
     """{ALERTS labels (alertstate="firing", no __name__): the steps it fired at}: the shipped
     rule files evaluated by promtool over `rendered` from its first step, every step."""
     from sglang_obs.generate import promtool_eval  # it reads the rule tables
@@ -178,7 +182,7 @@ def firing_alerts(rendered: Rendered, workdir: Path) -> dict[tuple, set[int]]:
     try:
         output = promtool_eval.evaluate(series, [('ALERTS{alertstate="firing"}', i * step)
                                                  for i in range(rendered.steps)], step,
-                                        workdir, "alerts")
+                                        workdir, s, "alerts")
     except promtool_eval.PromtoolError as err:
         raise BackfillError(str(err)) from None
     fired: dict[tuple, set[int]] = {}

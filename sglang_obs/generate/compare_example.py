@@ -14,24 +14,24 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from sglang_obs.core import config_dir
 from sglang_obs.core.doc_blocks import replace_blocks
+from sglang_obs.core.settings import Settings
 from sglang_obs.core.times import parse_time
 from sglang_obs.generate.backfill import backfill, prometheus
 from sglang_obs.tools.compare import run
 
-DOC = (config_dir.checkout() or Path.cwd()) / "docs" / "compare.md"
+DOC = "compare.md"  # in docs/
 INCIDENT_END = parse_time("2026-11-29T11:00:00Z")
 ENDS = {"healthy": INCIDENT_END - 3 * 3600, "long-context-incident": INCIDENT_END,
         "long-context-incident-tuned": INCIDENT_END + 3 * 3600}
 
 
 @contextlib.contextmanager
-def served(data: Path) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
+def served(data: Path, s: Settings) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
     """(Prometheus URL, {scenario: (start, end) as Unix-time strings}) over `data`."""
     windows = {}
     for name, end in ENDS.items():
-        b = backfill(name, data, end=end, alerts=True)
+        b = backfill(name, data, end=end, alerts=True, s=s)
         windows[name] = (f"{b.start:.0f}", f"{b.end:.0f}")
     with prometheus(data, retention="10y") as url:
         yield url, windows
@@ -43,11 +43,11 @@ def _verdict(text: str) -> str:
     return body.strip("\n") + "\n"
 
 
-def blocks(url: str, windows: dict[str, tuple[str, str]]) -> dict[str, str]:
+def blocks(url: str, windows: dict[str, tuple[str, str]], s: Settings) -> dict[str, str]:
     before, after = windows["long-context-incident"], windows["long-context-incident-tuned"]
-    _, example = run(url, before, after)
-    _, paired = run(url, before, after, paired=True)
-    _, apart = run(url, windows["healthy"], before)
+    _, example = run(url, before, after, s=s)
+    _, paired = run(url, before, after, paired=True, s=s)
+    _, apart = run(url, windows["healthy"], before, s=s)
     command = ("sglang-obs compare --prometheus http://127.0.0.1:9090 \\\n"
                f"    --before {before[0]} {before[1]} --after {after[0]} {after[1]}")
     return {"example": f"```sh\n{command}\n```\n\n" + example.replace("\n# ", "\n### ")
@@ -56,5 +56,5 @@ def blocks(url: str, windows: dict[str, tuple[str, str]]) -> dict[str, str]:
             "not-comparable": "```\n" + _verdict(apart) + "```\n"}
 
 
-def render(text: str, url: str, windows: dict[str, tuple[str, str]]) -> str:
-    return replace_blocks(text, blocks(url, windows), DOC)
+def render(text: str, url: str, windows: dict[str, tuple[str, str]], s: Settings) -> str:
+    return replace_blocks(text, blocks(url, windows, s), s.docs_dir / DOC)

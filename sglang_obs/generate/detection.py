@@ -23,20 +23,15 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import Settings
 from sglang_obs.core.states import STATES
 from sglang_obs.generate import promtool_eval
 from sglang_obs.render import rules
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import Rendered, render
 
-ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-RULE_FILES = promtool_eval.RULE_FILES
-group_eval_order = promtool_eval.group_eval_order
-DOCS = (config_dir.checkout() or ROOT) / "docs"  # a developer command
-DOC = DOCS / "detection.md"
-E2E_RESULTS = DOCS / "detection-e2e.json"
-STEP = 15  # seconds: the scrape and evaluation interval of the simulated Prometheus
+DOC = "detection.md"  # in docs/
+E2E_RESULTS = "detection-e2e.json"  # in docs/, written by tests/test_alert_timing.py
 NOTIFY_WITHIN_SECONDS = 90  # onset -> first notification at the receiver
 RESOLVE_WITHIN_SECONDS = 120  # condition cleared -> resolved at the receiver
 RESOLVE_LOOKAHEAD = 240  # how long after the clear promtool looks for the resolution
@@ -114,18 +109,23 @@ def _route_for(severity: str, am: dict) -> dict:
     return root
 
 
-def budgets() -> dict[str, Budget]:
-    prom = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
-    am = yaml.safe_load((ROOT / "alertmanager" / "alertmanager.yml").read_text())
+def step_seconds(s: Settings) -> int:
+    """The simulated Prometheus scrapes and evaluates at prometheus.yml's evaluation interval."""
+    return int(s.evaluation_interval_s)
+
+
+def budgets(s: Settings) -> dict[str, Budget]:
+    prom = s.prometheus
+    am = yaml.safe_load(s.alertmanager_file.read_text())
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
-    t = rules.load_thresholds()
+    t = rules.inputs(s)
     exporter = jobs[t["selectors"]["exporter_job"]].get("scrape_interval",
                                                         prom["global"]["scrape_interval"])
     evaluation = seconds(prom["global"]["evaluation_interval"])
     # A state alert's sustain is its for: plus a window over the state (rules.state_expr).
     state_sustain = {CLASS_ALERT[k]: seconds(t["sustain"][k]) for k in rules.SATURATION_STATES}
     out = {}
-    for path in RULE_FILES:
+    for path in promtool_eval.rule_files(s):
         for group in yaml.safe_load(path.read_text())["groups"]:
             for r in group["rules"]:
                 if r.get("alert") not in CLASS_ALERT.values():
@@ -155,6 +155,7 @@ class Detection:
     # Quiet scenarios: the longest run of each guarded state, in consecutive evaluations.
     longest_runs: dict[str, int] = field(default_factory=dict)
     end: float = 0.0
+    step: int = 0  # seconds between evaluations
 
     def latency(self, index: int) -> float | None:
         fired = self.per_window[index]
@@ -166,7 +167,7 @@ class Detection:
         last, t = self.last_fired[index], self.truth[index]
         if last is None:
             return None
-        resolved = last + STEP
+        resolved = last + self.step
         if resolved >= min(t.end + RESOLVE_LOOKAHEAD, self.end):
             return None
         return max(resolved - t.end, 0.0)
@@ -188,7 +189,7 @@ def _parse_got(output: str, expr: str) -> list[tuple[dict[str, str], float]]:
 CRASH_ALERTS = "SGLangContainerRestarting|SGLangOOMKilled"
 
 
-def _window_exprs(truth: list[scenarios.Truth], crashes: bool, end: int
+def _window_exprs(truth: list[scenarios.Truth], crashes: bool, end: int, step: int
                   ) -> list[tuple[str, int]]:
     """(expr, eval time) per truth window: the class's alert around its onset, or any alert
     inside a quiet window; then, per alerting window, the alert's last firing after onset."""
@@ -198,46 +199,47 @@ def _window_exprs(truth: list[scenarios.Truth], crashes: bool, end: int
         alert = CLASS_ALERT.get(t.cls)
         if alert:
             firing = f'timestamp(ALERTS{{alertstate="firing", alertname="{alert}"}})'
-            out.append((f"min_over_time({firing}[{2 * LOOK_AROUND_ONSET}s:{STEP}s])",
+            out.append((f"min_over_time({firing}[{2 * LOOK_AROUND_ONSET}s:{step}s])",
                         int(t.start) + LOOK_AROUND_ONSET))
             until = min(int(t.end) + RESOLVE_LOOKAHEAD, end)
-            last.append((f"max_over_time({firing}[{until - int(t.start)}s:{STEP}s])", until))
+            last.append((f"max_over_time({firing}[{until - int(t.start)}s:{step}s])", until))
         else:
             out.append((f'max_over_time(ALERTS{{alertstate="firing", alertname!~"{ignore}"}}'
-                        f'[{int(t.end - t.start)}s:{STEP}s])', int(t.end)))
+                        f'[{int(t.end - t.start)}s:{step}s])', int(t.end)))
     return out + last
 
 
-def _run_exprs(end: int) -> list[tuple[str, int]]:
+def _run_exprs(end: int, step: int) -> list[tuple[str, int]]:
     """For each guarded state and n evaluations: the most evaluations of that state within any
     n consecutive ones. The longest run is the largest n that is all of them."""
     return [(f"max_over_time(count_over_time((instance:sglang_state:code == "
-             f"{STATES.index(state)})[{n * STEP - 1}s:{STEP}s])[{end}s:{STEP}s])", end)
+             f"{STATES.index(state)})[{n * step - 1}s:{step}s])[{end}s:{step}s])", end)
             for state in GUARDED_STATES for n in range(1, MAX_RUN + 1)]
 
 
-def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path,
+def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s: Settings,
              crashes: bool = False, runs: bool = False) -> Detection:
     series = _input_series(rendered)
-    end = int(rendered.steps - 1) * STEP
-    window = f"{end}s:{STEP}s"
+    step = int(rendered.step)
+    end = int(rendered.steps - 1) * step
+    window = f"{end}s:{step}s"
     fired_expr = f'min_over_time(timestamp(ALERTS{{alertstate="firing"}})[{window}])'
     state_expr = f"count_over_time(instance:sglang_state:class[{window}])"
-    windows = _window_exprs(truth, crashes, end)
-    run_exprs = _run_exprs(end) if runs else []
+    windows = _window_exprs(truth, crashes, end, step)
+    run_exprs = _run_exprs(end, step) if runs else []
     exprs = [(fired_expr, end), (state_expr, end)] + windows + run_exprs
-    output = promtool_eval.evaluate(series, [(e, min(at, end)) for e, at in exprs], STEP,
-                                    workdir, "detection")
+    output = promtool_eval.evaluate(series, [(e, min(at, end)) for e, at in exprs], step,
+                                    workdir, s, "detection")
 
     def got(expr):
         return _parse_got(output, expr.replace('"', '\\"'))
 
-    d = Detection("", truth=truth, end=float(end))
+    d = Detection("", truth=truth, end=float(end), step=step)
     for labels, value in got(fired_expr):
         name = labels["alertname"]
         d.first_fired[name] = min(d.first_fired.get(name, value), value)
     for labels, value in got(state_expr):
-        d.state_seconds[labels["state"]] = d.state_seconds.get(labels["state"], 0) + value * STEP
+        d.state_seconds[labels["state"]] = d.state_seconds.get(labels["state"], 0) + value * step
     alerting = [t for t in truth if CLASS_ALERT.get(t.cls)]
     first, last = windows[:len(truth)], windows[len(truth):]
     for (expr, _), t in zip(first, truth, strict=True):
@@ -270,15 +272,16 @@ def _input_series(rendered: Rendered) -> list[dict]:
     return out
 
 
-def detect(name: str, rendered: Rendered | None = None) -> Detection:
+def detect(name: str, s: Settings, rendered: Rendered | None = None) -> Detection:
     """Scenario `name` rendered (or as `rendered`, the same render done by the caller:
-    step STEP, poll interval 5 s, start 0) and evaluated with the shipped rule files."""
+    step_seconds(s), poll interval 5 s, start 0) and evaluated with the configuration's rule
+    files."""
     sc = scenarios.load(name)
     if rendered is None:
-        rendered = render(sc, step=STEP, poll_interval=5.0, start=0.0)
+        rendered = render(sc, step=step_seconds(s), poll_interval=5.0, start=0.0)
     with tempfile.TemporaryDirectory() as tmp:
         crashes = any(f.kind == "crash" for f in sc.faults)
-        d = evaluate(rendered, list(sc.truth), Path(tmp), crashes,
+        d = evaluate(rendered, list(sc.truth), Path(tmp), s, crashes,
                      runs=name in quiet_scenarios())
     d.scenario = name
     return d
@@ -289,7 +292,7 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.0f} s"
 
 
-def load_e2e(path: Path = E2E_RESULTS) -> dict | None:
+def load_e2e(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -316,7 +319,7 @@ def _runs_table(results: list[Detection], b: dict[str, Budget]) -> list[str]:
              + " | rejected |", "|---|---|---|" + "---|" * len(quiet) + "---|"]
     for state in GUARDED_STATES:
         sustain = b[alert_of[state]].sustain
-        held = [(r.longest_runs[state] - 1) * STEP if r.longest_runs[state] else None
+        held = [(r.longest_runs[state] - 1) * r.step if r.longest_runs[state] else None
                 for r in quiet]
         longest = max((h for h in held if h is not None), default=None)
         ok = longest is None or longest < sustain
@@ -378,8 +381,9 @@ def _e2e_table(e2e: dict) -> list[str]:
     return lines
 
 
-def markdown(results: list[Detection], e2e: dict | None = None) -> str:
-    b = budgets()
+def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> str:
+    b = budgets(s)
+    step = step_seconds(s)
     lines = [
         "# Detection table",
         "",
@@ -404,14 +408,15 @@ def markdown(results: list[Detection], e2e: dict | None = None) -> str:
         "## Sustain: the shortest that rejects the quiet scenarios",
         "",
         "promtool over each quiet scenario: the longest time each state held without a break",
-        "(consecutive evaluations at 15 s). An alert whose sustain is longer never fires there;",
+        f"(consecutive evaluations at {step} s). An alert whose sustain is longer never fires "
+        "there;",
         "anything longer than needed only delays the notification.",
         "",
         *_runs_table(results, b),
         "",
         "## Every scenario, evaluated by promtool",
         "",
-        f"Rendered at a {STEP} s step and evaluated with the shipped rule files. *Fired after",
+        f"Rendered at a {step} s step and evaluated with the shipped rule files. *Fired after",
         "onset* is promtool's; the notification adds the route's group_wait (Alertmanager is not",
         "simulated here: the end-to-end run below measures it). After a scenario's own crash,",
         "the restart alerts that report it are not counted as false.",

@@ -14,25 +14,26 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from sglang_obs.core.settings import Settings
 from sglang_obs.core.times import parse_time
 from sglang_obs.generate.backfill import backfill, prometheus
-from sglang_obs.generate.render_dashboard import DASHBOARDS, render_pngs
+from sglang_obs.generate.render_dashboard import render_pngs
 from sglang_obs.tools.snapshot import take
 
 END = parse_time("2026-11-29T11:00:00Z")
 INCIDENT = "long-context-incident"
 
 
-def overviews(images: Path) -> list[Path]:
+def overviews(images: Path, s: Settings) -> list[Path]:
     """overview-<scenario>.png for the incident and a healthy server, into `images`."""
-    overview = DASHBOARDS / "sglang-overview.json"
-    return [render_pngs(name, [(overview, images / f"overview-{name}.png")], end=END)[0]
+    overview = s.dashboards_dir / "sglang-overview.json"
+    return [render_pngs(name, [(overview, images / f"overview-{name}.png")], end=END, s=s)[0]
             for name in (INCIDENT, "healthy")]
 
 
-def snapshot_pack(out: Path) -> None:
+def snapshot_pack(out: Path, s: Settings) -> None:
     """`sglang-obs snapshot` of the incident's backfill (with its ALERTS), into `out` (new)."""
     with tempfile.TemporaryDirectory() as tmp:
-        b = backfill(INCIDENT, Path(tmp) / "data", end=END, alerts=True)
+        b = backfill(INCIDENT, Path(tmp) / "data", end=END, alerts=True, s=s)
         with prometheus(b.data, retention="10y") as url:
-            take(url, str(b.start), str(b.end), out)
+            take(url, str(b.start), str(b.end), out, s=s)

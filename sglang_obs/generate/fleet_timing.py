@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_obs.core import doc_blocks
+from sglang_obs.core.settings import Settings
 from sglang_obs.generate import detection
 from sglang_obs.render import rules
 from sglang_obs.render.shipper import vmagent_command
 
-FLEET_DOC = detection.DOCS / "fleet.md"
-FLEET_E2E = detection.DOCS / "fleet-e2e.json"
+FLEET_DOC = "fleet.md"  # in docs/
+FLEET_E2E = "fleet-e2e.json"  # in docs/, written by tests/test_fleet.py
 BLOCK = "fleet-onset-to-page"
 # vmagent ships what it scraped within its flush interval (vmagent's default, which
 # shipper.vmagent_command leaves alone), and VictoriaMetrics makes a new sample of an existing
@@ -66,15 +67,16 @@ def depth(expr: str, records: dict[str, str]) -> int:
     return max((1 + depth(records[n], records) for n in names), default=0)
 
 
-def budgets(t: dict | None = None, single: dict[str, detection.Budget] | None = None
+def budgets(s: Settings, single: dict[str, detection.Budget] | None = None
             ) -> dict[str, FleetBudget]:
     """The saturation states' alerts: the state record reads the class's condition, the alert
     the state record (links = the condition's depth + 1)."""
-    t = t or rules.load_thresholds()
-    if "-remoteWrite.flushInterval" in " ".join(vmagent_command("c", "u", "b", "l")):
+    t = rules.inputs(s)
+    if "-remoteWrite.flushInterval" in " ".join(vmagent_command("c", "u", "b", "l",
+                                                                dict(s.prometheus))):
         raise ValueError("vmagent's flush interval is set: read it here instead of the default")
     records = _records(t)
-    single = single or detection.budgets()
+    single = single or detection.budgets(s)
     out = {}
     for cls in rules.state_classes(t):
         alert = detection.CLASS_ALERT.get(cls.state)
@@ -88,7 +90,7 @@ def budgets(t: dict | None = None, single: dict[str, detection.Budget] | None = 
     return out
 
 
-def load_e2e(path: Path = FLEET_E2E) -> dict | None:
+def load_e2e(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -124,8 +126,10 @@ def block(b: dict[str, FleetBudget], one_host: dict[str, detection.Budget],
     return "\n".join(lines)
 
 
-def render(text: str) -> str:
+def render(text: str, s: Settings) -> str:
     """docs/fleet.md with its budget block rendered."""
-    one_host = detection.budgets()
+    one_host = detection.budgets(s)
+    e2e = load_e2e(s.docs_dir / FLEET_E2E)
     return doc_blocks.replace_blocks(
-        text, {BLOCK: block(budgets(single=one_host), one_host, load_e2e())}, FLEET_DOC)
+        text, {BLOCK: block(budgets(s, single=one_host), one_host, e2e)},
+        s.docs_dir / FLEET_DOC)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import Settings
 from sglang_obs.exporter.status import StatusBoard, load_classification
 from sglang_obs.exporter.status_page import GlancePages
 from sglang_obs.exporter.web import Exposition, make_app, serve
@@ -24,10 +24,8 @@ from sglang_obs.generate.browser import Browser
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import render
 
-IMAGES = (config_dir.checkout() or Path.cwd()) / "docs" / "images"
 START = 1785239400.0  # 2026-07-28 11:50:00 UTC: seed 000's sustained pressure began at 11:50
 POLL = 5.0
-STEP = 15.0
 # (scenario, seconds into it, image name): the incident during its second prefill backlog, with
 # the first backlog and decode contention in its trends; a healthy server after 25 minutes.
 SHOTS = (("long-context-incident", 750, "incident"), ("healthy", 1500, "healthy"))
@@ -44,11 +42,13 @@ class _Frozen:
         return copy.deepcopy(self._status)
 
 
-def capture(name: str, at: float) -> dict:
-    """The board's status `at` seconds into scenario `name`, replayed."""
+def capture(name: str, at: float, s: Settings) -> dict:
+    """The board's status `at` seconds into scenario `name`, replayed at the configuration's
+    evaluation interval."""
+    step = s.evaluation_interval_s
     now = [0.0]
-    board = StatusBoard(load_classification(), poll_interval=POLL,
-                        wall_clock=lambda: START + now[0])
+    board = StatusBoard(load_classification(s.thresholds_file), poll_interval=POLL,
+                        wall_clock=lambda: START + now[0], baseline_step=step)
     tracker = board.add(INSTANCE)
     kept: dict = {}
 
@@ -57,11 +57,11 @@ def capture(name: str, at: float) -> dict:
         tracker.observe(t, snapshot)
 
     def on_scrape(index, gpus):
-        if index * STEP == at:
+        if index * step == at:
             board.set_gpus(lambda reading=gpus.reading: reading)
             kept["status"] = board.status()
 
-    render(scenarios.load(name), step=STEP, poll_interval=POLL, start=START, instance=INSTANCE,
+    render(scenarios.load(name), step=step, poll_interval=POLL, start=START, instance=INSTANCE,
            on_poll=on_poll, on_scrape=on_scrape)
     return kept["status"]
 
@@ -89,10 +89,10 @@ def photograph(status: dict, stem: str, out: Path, browser: Browser) -> list[Pat
     return written
 
 
-def photograph_all(out: Path) -> list[Path]:
+def photograph_all(out: Path, s: Settings) -> list[Path]:
     """Every shot of SHOTS, wide and phone, into `out`."""
     written = []
     with Browser() as browser:
         for name, at, stem in SHOTS:
-            written += photograph(capture(name, at), stem, out, browser)
+            written += photograph(capture(name, at, s), stem, out, browser)
     return written

@@ -13,93 +13,92 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import Settings
 from sglang_obs.generate.files import ORPHAN, sync
 
 Files = dict[Path, str | bytes]
 Owned = list[tuple[Path, str]]
 
 
-def _docs() -> Path:
-    """docs/ lives only in a checkout (a developer command); else the working folder's."""
-    return (config_dir.checkout() or Path.cwd()) / "docs"
-
-
-def metrics() -> tuple[Files, Owned]:
+def metrics(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.exporter import catalogue
 
-    return {_docs() / "metrics.md": catalogue.render_markdown()}, []
+    return {s.docs_dir / "metrics.md": catalogue.render_markdown()}, []
 
 
-def simulator_docs() -> tuple[Files, Owned]:
+def simulator_docs(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.simulator import docs
 
-    doc = _docs() / "simulator.md"
+    doc = s.docs_dir / "simulator.md"
     return {doc: docs.render(doc.read_text(), doc)}, []
 
 
-def rules() -> tuple[Files, Owned]:
+def rules(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.render import rules as r
     from sglang_obs.render import runbooks
 
-    root = config_dir.resolve()
-    t = r.load_thresholds(root / r.THRESHOLDS)
-    files = {root / rel: text for rel, text in {**r.rule_files(t),
-                                                **r.vmalert_rule_files(t)}.items()}
-    doc = _docs() / "runbooks.md"
-    if root == config_dir.checkout() and doc.is_file():  # the runbook quotes the shipped rules
+    t = r.inputs(s)
+    files = {s.root / rel: text for rel, text in {**r.rule_files(t),
+                                                  **r.vmalert_rule_files(t)}.items()}
+    doc = s.docs_dir / "runbooks.md"
+    if s.shipped and doc.is_file():  # the runbook quotes the shipped rules
         files[doc] = runbooks.render(doc.read_text(), t)
     return files, []
 
 
-def shipper() -> tuple[Files, Owned]:
-    from sglang_obs.render import shipper as s
+def shipper(s: Settings) -> tuple[Files, Owned]:
+    from sglang_obs.render import shipper as sh
 
-    return s.files(), []
+    return {s.root / rel: text for rel, text in sh.files(dict(s.prometheus)).items()}, []
 
 
-def dashlib(folder: Path | None = None):
-    """grafana/dashboards/dashlib.py, which the definitions import by that name."""
-    folder = folder or config_dir.resolve() / "grafana" / "dashboards"
+def dashlib(s: Settings, folder: Path | None = None):
+    """grafana/dashboards/dashlib.py, which the definitions import by that name, given `s`
+    (its thresholds) before it runs: dashlib reads no file itself."""
+    folder = folder or s.dashboards_dir
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("dashlib", folder / "dashlib.py")
     module = sys.modules.get("dashlib")
-    if module is None or Path(module.__file__).resolve() != (folder / "dashlib.py").resolve():
+    if (module is None or Path(module.__file__).resolve() != (folder / "dashlib.py").resolve()
+            or module.settings is not s):
         module = importlib.util.module_from_spec(spec)
+        module.settings = s
         sys.modules["dashlib"] = module
         spec.loader.exec_module(module)
     return module
 
 
-def dashboards(folder: Path | None = None) -> tuple[Files, Owned]:
-    lib = dashlib(folder)
+def dashboards(s: Settings, folder: Path | None = None) -> tuple[Files, Owned]:
+    lib = dashlib(s, folder)
     folder = Path(lib.__file__).parent
     return ({lib.json_path(source): lib.render(source) for source in lib.sources(folder)},
             [(folder, "*.json")])
 
 
-def kubernetes(out: Path | None = None) -> tuple[Files, Owned]:
+def kubernetes(s: Settings, out: Path | None = None) -> tuple[Files, Owned]:
     from sglang_obs.render import kubernetes as k
 
-    out = out or k.DEFAULT_OUT
-    if out is None:
+    if out is None and s.checkout is None:
         raise k.TranslationError("not in a checkout: give --out DIR")
-    return {out / rel: text for rel, text in k.files().items()}, [(out, "**/*")]
+    out = out or s.checkout / k.OUT
+    return {out / rel: text for rel, text in k.files(s).items()}, [(out, "**/*")]
 
 
-def detection() -> tuple[Files, Owned]:
+def detection(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import detection as d
     from sglang_obs.simulator import scenario as scenarios
 
-    results = [d.detect(n) for n in scenarios.available()]
-    return {d.DOC: d.markdown(results, d.load_e2e())}, []
+    results = [d.detect(n, s) for n in scenarios.available()]
+    e2e = d.load_e2e(s.docs_dir / d.E2E_RESULTS)
+    return {s.docs_dir / d.DOC: d.markdown(results, s, e2e)}, []
 
 
-def fleet_timing() -> tuple[Files, Owned]:
+def fleet_timing(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import fleet_timing as f
 
-    return {f.FLEET_DOC: f.render(f.FLEET_DOC.read_text())}, []
+    doc = s.docs_dir / f.FLEET_DOC
+    return {doc: f.render(doc.read_text(), s)}, []
 
 
 def _read_tree(folder: Path, into: Path) -> Files:
@@ -107,49 +106,50 @@ def _read_tree(folder: Path, into: Path) -> Files:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def examples() -> tuple[Files, Owned]:
+def examples(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import examples as e
 
     with tempfile.TemporaryDirectory() as tmp:
         images, pack = Path(tmp) / "images", Path(tmp) / "pack"
         images.mkdir()
-        e.overviews(images)
-        e.snapshot_pack(pack)
-        snapshot = _docs() / "examples" / f"snapshot-{e.INCIDENT}"
-        return ({**_read_tree(images, _docs() / "images"), **_read_tree(pack, snapshot)},
+        e.overviews(images, s)
+        e.snapshot_pack(pack, s)
+        snapshot = s.docs_dir / "examples" / f"snapshot-{e.INCIDENT}"
+        return ({**_read_tree(images, s.docs_dir / "images"), **_read_tree(pack, snapshot)},
                 [(snapshot, "*")])
 
 
-def compare_example() -> tuple[Files, Owned]:
+def compare_example(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import compare_example as c
 
-    doc = _docs() / "compare.md"
-    with tempfile.TemporaryDirectory() as tmp, c.served(Path(tmp) / "data") as (url, windows):
-        return {doc: c.render(doc.read_text(), url, windows)}, []
+    doc = s.docs_dir / c.DOC
+    with (tempfile.TemporaryDirectory() as tmp,
+          c.served(Path(tmp) / "data", s) as (url, windows)):
+        return {doc: c.render(doc.read_text(), url, windows, s)}, []
 
 
-def glance_images() -> tuple[Files, Owned]:
+def glance_images(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import glance_images as g
 
     os.environ["TZ"] = "UTC"  # the page prints local times
     time.tzset()
     with tempfile.TemporaryDirectory() as tmp:
-        g.photograph_all(Path(tmp))
-        return _read_tree(Path(tmp), _docs() / "images"), []
+        g.photograph_all(Path(tmp), s)
+        return _read_tree(Path(tmp), s.docs_dir / "images"), []
 
 
-def readme() -> tuple[Files, Owned]:
+def readme(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import readme as r
 
-    doc = r.DOC
-    return {doc: r.render(doc.read_text())}, []
+    doc = r.home(s) / r.DOC
+    return {doc: r.render(doc.read_text(), s)}, []
 
 
 @dataclass(frozen=True)
 class Product:
     name: str
     what: str
-    make: Callable[[], tuple[Files, Owned]]
+    make: Callable[[Settings], tuple[Files, Owned]]
     # Why --check leaves it out (regenerated, not compared): pictures differ by a pixel from
     # one matplotlib, Chromium or font to the next; a backfill's state edges by a step.
     why_unchecked: str = ""
@@ -183,14 +183,15 @@ NAMES = tuple(p.name for p in PRODUCTS)
 BY_NAME = {p.name: p for p in PRODUCTS}
 
 
-def run(chosen: list[Product], check: bool) -> int:
-    """Make `chosen` (write, or with `check` compare); 1 if anything is stale or left over."""
+def run(chosen: list[Product], check: bool, s: Settings) -> int:
+    """Make `chosen` from `s` (write, or with `check` compare); 1 if anything is stale or left
+    over."""
     failed = False
     for product in chosen:
         if check and not product.checked:
             print(f"{product.name}: not checked ({product.why_unchecked})", file=sys.stderr)
             continue
-        files, owned = product.make()
+        files, owned = product.make(s)
         for line in sync(files, check, owned):
             orphan = line.endswith(ORPHAN)
             failed = failed or check or orphan

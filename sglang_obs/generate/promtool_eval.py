@@ -11,23 +11,28 @@ from pathlib import Path
 
 import yaml
 
+from sglang_obs.core.settings import Settings
 from sglang_obs.render import rules
 
-# Recording rules before the alerts that read them; promtool otherwise evaluates the groups in
-# a random order at each step, and an alert may see the previous step's recorded values.
-RULE_FILES = [rules.RULES_DIR / name for name, _ in rules.RULE_FILES]
+
+def rule_files(s: Settings) -> list[Path]:
+    """The configuration folder's rule files, recording rules before the alerts that read them;
+    promtool otherwise evaluates the groups in a random order at each step, and an alert may see
+    the previous step's recorded values."""
+    return [s.rules_dir / name for name, _ in rules.RULE_FILES]
 
 
 class PromtoolError(RuntimeError):
     pass
 
 
-def group_eval_order() -> list[str]:
-    return [g["name"] for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]]
+def group_eval_order(s: Settings) -> list[str]:
+    return [g["name"] for path in rule_files(s)
+            for g in yaml.safe_load(path.read_text())["groups"]]
 
 
 def evaluate(series: list[dict], exprs: list[tuple[str, float]], step: float, workdir: Path,
-             name: str = "eval", timeout: float = 1800) -> str:
+             s: Settings, name: str = "eval", timeout: float = 1800) -> str:
     """promtool's report for `exprs` ((PromQL, eval time in seconds)) over `series` (promtool
     input_series) evaluated every `step` seconds; an expression that returned nothing is
     absent from it."""
@@ -36,9 +41,9 @@ def evaluate(series: list[dict], exprs: list[tuple[str, float]], step: float, wo
         raise PromtoolError("promtool not found: apt-get install prometheus")
     interval = f"{step:.0f}s"
     test = {
-        "rule_files": [str(p) for p in RULE_FILES],
+        "rule_files": [str(p) for p in rule_files(s)],
         "evaluation_interval": interval,
-        "group_eval_order": group_eval_order(),
+        "group_eval_order": group_eval_order(s),
         "tests": [{"interval": interval, "input_series": series,
                    "promql_expr_test": [{"expr": e, "eval_time": f"{at:.0f}s", "exp_samples": []}
                                         for e, at in exprs]}],

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.core import config_dir
 from sglang_obs.core.doc_blocks import replace_blocks
+from sglang_obs.core.settings import Settings
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools import stack
 
-ROOT = config_dir.checkout() or Path.cwd()  # a developer command: the checkout's files
-DOC = ROOT / "README.md"
+DOC = "README.md"  # at the checkout's root
 DEMO = "long-context-incident"  # the compose demo's default DEMO_SCENARIO
-EXAMPLE = ROOT / "docs" / "examples" / f"snapshot-{DEMO}" / "report.md"
+EXAMPLE = Path("examples", f"snapshot-{DEMO}", "report.md")  # in docs/
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT(\d\d:\d\d:\d\d)Z")
 _FRACTIONS = {0.25: "¼", 0.5: "½", 0.75: "¾"}
 
@@ -53,9 +52,15 @@ def demo_incident() -> str:
             f"{contention.end - contention.start:.0f} s.\n")
 
 
-def _compose_ports() -> dict[str, tuple[int, str]]:
+def home(s: Settings) -> Path:
+    """The checkout (a developer command: its README and compose files), else the working
+    folder."""
+    return s.checkout or Path.cwd()
+
+
+def _compose_ports(s: Settings) -> dict[str, tuple[int, str]]:
     """{service: (port, how compose offers it)}."""
-    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    doc = yaml.safe_load((home(s) / "docker-compose.yml").read_text())
     out = {}
     for name, svc in doc["services"].items():
         for spec in svc.get("ports") or []:
@@ -71,8 +76,8 @@ def _compose_ports() -> dict[str, tuple[int, str]]:
     return out
 
 
-def ports() -> str:
-    compose = _compose_ports()
+def ports(s: Settings) -> str:
+    compose = _compose_ports(s)
     native = {**stack.DEFAULT_PORTS, "sglang-sim": stack.SIM_PORT}
     rows = [("grafana", "Grafana"), ("prometheus", "Prometheus"),
             ("alertmanager", "Alertmanager"), ("exporter", "the exporter (`/metrics`)"),
@@ -91,8 +96,8 @@ def ports() -> str:
     return "\n".join(lines) + "\n"
 
 
-def snapshot_example() -> str:
-    text = EXAMPLE.read_text()
+def snapshot_example(s: Settings) -> str:
+    text = (s.docs_dir / EXAMPLE).read_text()
     points = [ln for ln in text.splitlines() if re.match(r"\*\*[123]\. ", ln)]
     alerts = [ln[2:] for ln in text.split("## Alerts that fired", 1)[1].splitlines()
               if ln.startswith("- ")]
@@ -101,10 +106,10 @@ def snapshot_example() -> str:
     return "\n>\n".join(f"> {q}" for q in quoted) + "\n"
 
 
-def detection_timings() -> str:
+def detection_timings(s: Settings) -> str:
     from sglang_obs.generate import detection  # promtool tables not needed here
 
-    e2e = detection.load_e2e()
+    e2e = detection.load_e2e(s.docs_dir / detection.E2E_RESULTS)
     if not e2e:
         return "*The alert-timing run has not been recorded yet (docs/detection.md).*\n"
     rows = [r for r in e2e["scenarios"] if r["scenario"] == DEMO and r.get("expected")]
@@ -138,10 +143,10 @@ def _wrap(text: str, width: int = 98) -> list[str]:
     return [*lines, line]
 
 
-def blocks() -> dict[str, str]:
-    return {"demo-incident": demo_incident(), "ports": ports(),
-            "snapshot-example": snapshot_example(), "detection-timings": detection_timings()}
+def blocks(s: Settings) -> dict[str, str]:
+    return {"demo-incident": demo_incident(), "ports": ports(s),
+            "snapshot-example": snapshot_example(s), "detection-timings": detection_timings(s)}
 
 
-def render(text: str) -> str:
-    return replace_blocks(text, blocks(), DOC)
+def render(text: str, s: Settings) -> str:
+    return replace_blocks(text, blocks(s), home(s) / DOC)

@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_obs.core import config_dir
 from sglang_obs.core.cli_support import Failure, UsageError, folder, input_file, output_file
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.settings import Settings
 from sglang_obs.core.states import STATE_COLOURS
-from sglang_obs.generate.backfill import STEP, BackfillError, backfill, prometheus
+from sglang_obs.generate.backfill import BackfillError, backfill, prometheus
 from sglang_obs.tools import charts
 
-ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-DASHBOARDS = ROOT / "grafana" / "dashboards"
 DRAWN = ("timeseries", "state-timeline", "stat", "bargauge")
 DEFAULT = "sglang-overview"
 
@@ -42,9 +40,9 @@ class Series:
     values: list[float]
 
 
-def substitute(expr: str, window_seconds: float) -> str:
+def substitute(expr: str, window_seconds: float, step: int) -> str:
     """Grafana's variables, as Grafana would fill them for "all" over the whole window."""
-    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", f"{STEP}s")
+    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", f"{step}s")
     expr = expr.replace("$__range", f"{int(window_seconds)}s")
     expr = re.sub(r"\$\{?(cluster|host|job|instance|model_name|server|gpu|exporter)\}?", ".*", expr)
     return expr
@@ -56,9 +54,9 @@ def _legend(fmt: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt)
 
 
-def query_range(url: str, expr: str, start: float, end: float) -> list[dict]:
+def query_range(url: str, expr: str, start: float, end: float, step: int) -> list[dict]:
     """Prometheus's range result for `expr` at the backfill's step (raises PrometheusError)."""
-    return Prometheus(url, timeout=60).range_series(expr, start, end, STEP)
+    return Prometheus(url, timeout=60).range_series(expr, start, end, step)
 
 
 def panels(dashboard: dict) -> list[dict]:
@@ -68,11 +66,11 @@ def panels(dashboard: dict) -> list[dict]:
     return [p for p in out if p.get("targets")]
 
 
-def panel_series(url: str, panel: dict, start: float, end: float) -> list[Series]:
+def panel_series(url: str, panel: dict, start: float, end: float, step: int) -> list[Series]:
     """Each target's series: over the window, or for an instant target its value at `end`."""
     series = []
     for target in panel["targets"]:
-        expr = substitute(target.get("expr", ""), end - start)
+        expr = substitute(target.get("expr", ""), end - start, step)
         if not expr:
             continue
         if target.get("instant"):
@@ -81,7 +79,7 @@ def panel_series(url: str, panel: dict, start: float, end: float) -> list[Series
                 series.append(Series(_legend(target.get("legendFormat", ""), result["metric"]),
                                      [float(t)], [float(v)]))
             continue
-        for result in query_range(url, expr, start, end):
+        for result in query_range(url, expr, start, end, step):
             values = [(float(t), float(v)) for t, v in result["values"]]
             series.append(Series(_legend(target.get("legendFormat", ""), result["metric"]),
                                  [t for t, _ in values], [v for _, v in values]))
@@ -125,7 +123,8 @@ def panel_unit(panel: dict) -> str:
     return ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "") or ""
 
 
-def draw(panel_data: list[tuple[dict, list[Series]]], title: str, start: float, end: float):
+def draw(panel_data: list[tuple[dict, list[Series]]], title: str, start: float, end: float,
+         step: int):
     """The figure of `panel_data` over [start, end]: every time axis that window."""
     plt = charts.pyplot()
 
@@ -135,13 +134,14 @@ def draw(panel_data: list[tuple[dict, list[Series]]], title: str, start: float, 
     for ax in axes.flat[len(panel_data):]:
         ax.axis("off")
     for ax, (panel, series) in zip(axes.flat, panel_data, strict=False):
-        draw_panel(ax, panel, series, start, end)
+        draw_panel(ax, panel, series, start, end, step)
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     return fig
 
 
-def draw_panel(ax, panel: dict, series: list[Series], start: float, end: float) -> None:
+def draw_panel(ax, panel: dict, series: list[Series], start: float, end: float,
+               step: int) -> None:
     label, factor = charts.unit(panel_unit(panel))
     how = kind(panel)
     ax.set_title(panel.get("title", ""), fontsize=10, loc="left")
@@ -162,7 +162,7 @@ def draw_panel(ax, panel: dict, series: list[Series], start: float, end: float) 
         rows = [(s.legend, s.times, [float(codes.index(int(v)))
                                      if not math.isnan(v) and int(v) in codes else -1.0
                                      for v in s.values]) for s in series]
-        charts.state_band(ax, rows, STEP, names, colours)
+        charts.state_band(ax, rows, step, names, colours)
     elif how == "bars":
         items = [(s.legend, s.values[-1] * factor) for s in series]
         charts.bars(ax, items, label, STATE_COLOURS)
@@ -183,10 +183,10 @@ def _hhmm(ts: float) -> str:
 
 
 # -- the command -----------------------------------------------------------------------------
-def dashboard_files() -> dict[str, Path]:
+def dashboard_files(s: Settings) -> dict[str, Path]:
     """{uid: JSON path} of the generated dashboards in the configuration folder."""
     out = {}
-    for path in sorted(DASHBOARDS.glob("*.json")):
+    for path in sorted(s.dashboards_dir.glob("*.json")):
         try:
             uid = json.loads(path.read_text()).get("uid") or path.stem
         except ValueError:
@@ -195,9 +195,9 @@ def dashboard_files() -> dict[str, Path]:
     return out
 
 
-def resolve_dashboard(text: str) -> Path:
+def resolve_dashboard(text: str, s: Settings) -> Path:
     """A dashboard's uid (sglang-latency), its short name (latency) or a JSON file."""
-    known = dashboard_files()
+    known = dashboard_files(s)
     for uid, path in known.items():
         if text in (uid, path.stem, uid.removeprefix("sglang-")):
             return path
@@ -207,7 +207,8 @@ def resolve_dashboard(text: str) -> Path:
                      f"{', '.join(known)} (or a JSON file)")
 
 
-def render_command(scenario: str, dashboards: list[str] | None, out: str) -> list[Path]:
+def render_command(scenario: str, dashboards: list[str] | None, out: str,
+                   s: Settings) -> list[Path]:
     """What `sglang-obs render-dashboard` does: the PNGs written."""
     from sglang_obs.simulator import scenario as scenarios
 
@@ -217,8 +218,8 @@ def render_command(scenario: str, dashboards: list[str] | None, out: str) -> lis
         raise UsageError(f"--scenario: {err}") from None
     to_folder = out.endswith("/") or Path(out).is_dir()
     if to_folder:
-        paths = ([resolve_dashboard(d) for d in dashboards] if dashboards
-                 else list(dashboard_files().values()))
+        paths = ([resolve_dashboard(d, s) for d in dashboards] if dashboards
+                 else list(dashboard_files(s).values()))
         target = folder("--out", out)
         outs = [target / f"{_uid(p)}.png" for p in paths]
     else:
@@ -227,10 +228,10 @@ def render_command(scenario: str, dashboards: list[str] | None, out: str) -> lis
                              "each")
         if Path(out).suffix.lower() != ".png":
             raise UsageError(f"--out {out}: give a .png file, or a folder (ending in /)")
-        paths = [resolve_dashboard(dashboards[0] if dashboards else DEFAULT)]
+        paths = [resolve_dashboard(dashboards[0] if dashboards else DEFAULT, s)]
         outs = [output_file("--out", out)]
     try:
-        return render_pngs(scenario, list(zip(paths, outs, strict=True)))
+        return render_pngs(scenario, list(zip(paths, outs, strict=True)), s=s)
     except (BackfillError, PrometheusError) as err:
         raise Failure(str(err)) from None
 
@@ -243,7 +244,7 @@ def _uid(path: Path) -> str:
 
 
 def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12,
-                end: float | None = None) -> list[Path]:
+                end: float | None = None, s: Settings | None = None) -> list[Path]:
     """Draw each (dashboard JSON, PNG) of `jobs` from one backfill of `scenario` (ending at
     `end`, default now)."""
     plt = charts.pyplot()
@@ -254,17 +255,18 @@ def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12,
         except (OSError, ValueError) as err:
             raise Failure(f"--dashboard {path}: not a dashboard JSON ({err})") from None
     with tempfile.TemporaryDirectory() as tmp:
-        b = backfill(scenario, Path(tmp) / "data", end=end)
+        b = backfill(scenario, Path(tmp) / "data", end=end, s=s)
         drawn = []
         with prometheus(b.data, retention="10y") as url:
             for dashboard, out in dashboards:
-                data = [(p, panel_series(url, p, b.start, b.end))
+                data = [(p, panel_series(url, p, b.start, b.end, b.step))
                         for p in panels(dashboard) if p.get("type") in DRAWN][:limit]
                 drawn.append((dashboard, data, out))
     written = []
     for dashboard, data, out in drawn:
         fig = draw(data, f"{dashboard.get('title', '')} — scenario {scenario}, "
-                         f"{_hhmm(b.start)}–{_hhmm(b.end)} {charts.TZ_NAME}", b.start, b.end)
+                         f"{_hhmm(b.start)}–{_hhmm(b.end)} {charts.TZ_NAME}", b.start, b.end,
+                   b.step)
         try:
             fig.savefig(out, dpi=90)
         except OSError as err:
@@ -275,6 +277,7 @@ def render_pngs(scenario: str, jobs: list[tuple[Path, Path]], limit: int = 12,
     return written
 
 
-def render_png(scenario: str, dashboard_path: Path, out: Path, limit: int = 12) -> Path:
+def render_png(scenario: str, dashboard_path: Path, out: Path, limit: int = 12,
+               s: Settings | None = None) -> Path:
     """One dashboard to one PNG (the library form of the command)."""
-    return render_pngs(scenario, [(dashboard_path, out)], limit)[0]
+    return render_pngs(scenario, [(dashboard_path, out)], limit, s=s)[0]

@@ -33,17 +33,11 @@ from typing import Any
 import yaml
 
 from sglang_obs import __version__
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import Settings
 from sglang_obs.core.sglang import EXPORTER_PORT, SGLANG_PORT
 from sglang_obs.exporter import catalogue
 
-ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-PROMETHEUS_YML = ROOT / "prometheus" / "prometheus.yml"
-ALERTMANAGER_YML = ROOT / "alertmanager" / "alertmanager.yml"
-THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
-DASHBOARDS = ROOT / "grafana" / "dashboards"
-CHECKOUT = config_dir.checkout()
-DEFAULT_OUT = CHECKOUT / "deploy" / "kubernetes" if CHECKOUT else None
+OUT = Path("deploy", "kubernetes")  # in the checkout
 
 PART_OF = {"app.kubernetes.io/part-of": "sglang-obs"}
 # The one label a user sets on an SGLang pod (and the GPU DaemonSet sets on its own) for the
@@ -52,11 +46,15 @@ SCRAPE_LABEL = ("sglang-obs/scrape", "true")
 # Container port names the PodMonitors scrape: SGLang's --port and the exporter's listen port.
 SGLANG_PORT_NAME = "sglang"
 EXPORTER_PORT_NAME = "sglang-obs"
-# The jobs of prometheus.yml that become PodMonitors, named as the rules select them
-# (thresholds.yml `selectors:`): job name -> container port name.
-SELECTORS = yaml.safe_load(THRESHOLDS.read_text())["selectors"]
-SGLANG_JOB, EXPORTER_JOB = SELECTORS["sglang_job"], SELECTORS["exporter_job"]
-JOB_PORTS = {SGLANG_JOB: SGLANG_PORT_NAME, EXPORTER_JOB: EXPORTER_PORT_NAME}
+
+
+def job_ports(selectors: dict) -> dict[str, str]:
+    """The jobs of prometheus.yml that become PodMonitors, named as the rules select them
+    (thresholds.yml `selectors:`): job name -> container port name."""
+    return {selectors["sglang_job"]: SGLANG_PORT_NAME,
+            selectors["exporter_job"]: EXPORTER_PORT_NAME}
+
+
 # Receivers' webhook URLs live in this Secret (created by the user, never committed).
 RECEIVER_SECRET = "sglang-obs-receivers"
 IMAGE = "sglang-obs"  # as docker-compose.yml; the example overlay maps it to a registry
@@ -124,9 +122,10 @@ def load(path: Path) -> Any:
 NOT_IN_KUBERNETES = {"rules/fleet.alerts.yml"}
 
 
-def rule_files(prom: dict) -> list[Path]:
-    """The rule files prometheus.yml loads, in its order, less the fleet's."""
-    return [PROMETHEUS_YML.parent / name for name in prom["rule_files"]
+def rule_files(prom: dict, prometheus_dir: Path) -> list[Path]:
+    """The rule files prometheus.yml (in `prometheus_dir`) loads, in its order, less the
+    fleet's."""
+    return [prometheus_dir / name for name in prom["rule_files"]
             if name not in NOT_IN_KUBERNETES]
 
 
@@ -145,10 +144,10 @@ def rule_object_name(group: str) -> str:
     return group if group.startswith("sglang") else f"sglang-obs-{group}"
 
 
-def prometheus_rules(prom: dict) -> dict[str, str]:
+def prometheus_rules(prom: dict, prometheus_dir: Path) -> dict[str, str]:
     interval = prom["global"]["evaluation_interval"]
     out = {}
-    for path in rule_files(prom):
+    for path in rule_files(prom, prometheus_dir):
         text = path.read_text()
         parsed = {g["name"]: g for g in parse(text)["groups"]}
         for name, lines in _group_blocks(text):
@@ -157,7 +156,7 @@ def prometheus_rules(prom: dict) -> dict[str, str]:
                     "spec": {"groups": None}}
             body = [lines[0], f"  interval: {interval}", *lines[1:]]
             indented = "\n".join(("  " + line) if line else line for line in body)
-            text_out = (document(f"prometheus/{path.relative_to(PROMETHEUS_YML.parent)}", head)
+            text_out = (document(f"prometheus/{path.relative_to(prometheus_dir)}", head)
                         .replace("  groups: null\n", "  groups:\n") + indented + "\n")
             group = parse(text_out)["spec"]["groups"][0]
             expected = {"name": name, "interval": interval, "rules": parsed[name]["rules"]}
@@ -212,27 +211,28 @@ def discovery_relabelings(job: dict) -> list[dict]:
     return rules
 
 
-def kubernetes_relabelings(job: str) -> list[dict]:
+def kubernetes_relabelings(job: str, selectors: dict) -> list[dict]:
     """Target relabelings Kubernetes needs beyond prometheus.yml's, after the operator's own."""
     rules: list[dict] = [{"targetLabel": "job", "replacement": job}]
-    if job in (EXPORTER_JOB, SGLANG_JOB):
+    exporter_job = selectors["exporter_job"]
+    if job in (exporter_job, selectors["sglang_job"]):
         # `host` is the node: the GPU DaemonSet and the sidecars of one node share it, as the
         # exporter of one host does in compose (GPULost inhibits SGLangServerDown on it). In
         # prometheus.yml SGLang's targets get it from the discovering exporter's URL instead.
         rules.append({"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "host"})
-    clash = exporter_emitted() if job == EXPORTER_JOB else SGLANG_EMITTED
+    clash = exporter_emitted() if job == exporter_job else SGLANG_EMITTED
     if clash:
         rules.append({"action": "labeldrop", "regex": "|".join(sorted(clash))})
     return rules
 
 
-def pod_monitor(prom: dict, job: dict) -> dict:
+def pod_monitor(prom: dict, job: dict, selectors: dict) -> dict:
     name = job["job_name"]
     unknown = set(job) - DISCOVERY_KEYS - set(SPEC_KEYS) - set(ENDPOINT_KEYS) - {
         "metric_relabel_configs", "relabel_configs"}
     if unknown:
         raise TranslationError(f"job {name}: keys {sorted(unknown)} have no translation here")
-    endpoint: dict[str, Any] = {"port": JOB_PORTS[name],
+    endpoint: dict[str, Any] = {"port": job_ports(selectors)[name],
                                 "path": job.get("metrics_path", "/metrics"),
                                 "interval": job.get("scrape_interval",
                                                     prom["global"]["scrape_interval"])}
@@ -240,7 +240,7 @@ def pod_monitor(prom: dict, job: dict) -> dict:
         if key in job and field not in endpoint:
             endpoint[field] = job[key]
     discovery_relabelings(job)  # replaced, as the discovery they read
-    endpoint["relabelings"] = kubernetes_relabelings(name)
+    endpoint["relabelings"] = kubernetes_relabelings(name, selectors)
     if job.get("metric_relabel_configs"):
         endpoint["metricRelabelings"] = [relabel_config(r) for r in job["metric_relabel_configs"]]
     spec: dict[str, Any] = {
@@ -253,14 +253,16 @@ def pod_monitor(prom: dict, job: dict) -> dict:
             "metadata": {"name": name, "labels": dict(PART_OF)}, "spec": spec}
 
 
-def pod_monitors(prom: dict) -> dict[str, str]:
+def pod_monitors(prom: dict, selectors: dict) -> dict[str, str]:
     jobs = {job["job_name"]: job for job in prom["scrape_configs"]}
-    missing = set(JOB_PORTS) - set(jobs)
+    ports = job_ports(selectors)
+    missing = set(ports) - set(jobs)
     if missing:
         raise TranslationError(f"prometheus.yml has no job {sorted(missing)}")
     return {f"base/podmonitor-{name}.yaml":
-            document(f"prometheus/prometheus.yml (job {name})", pod_monitor(prom, jobs[name]))
-            for name in JOB_PORTS}
+            document(f"prometheus/prometheus.yml (job {name})",
+                     pod_monitor(prom, jobs[name], selectors))
+            for name in ports}
 
 
 # --- AlertmanagerConfig -----------------------------------------------------------------------
@@ -338,14 +340,14 @@ def inhibit_rule(spec: dict) -> dict:
     return out
 
 
-def alert_names(prom: dict) -> list[str]:
+def alert_names(prom: dict, prometheus_dir: Path) -> list[str]:
     """Every alert name of the rule files, once each, in file order."""
-    names = [rule["alert"] for path in rule_files(prom) for group in load(path)["groups"]
-             for rule in group["rules"] if "alert" in rule]
+    names = [rule["alert"] for path in rule_files(prom, prometheus_dir)
+             for group in load(path)["groups"] for rule in group["rules"] if "alert" in rule]
     return list(dict.fromkeys(names))
 
 
-def alertmanager_config(prom: dict, am: dict) -> dict:
+def alertmanager_config(prom: dict, am: dict, prometheus_dir: Path) -> dict:
     top = route(am["route"])
     if "matchers" in top:
         raise TranslationError("alertmanager.yml's root route has matchers: merge them by hand")
@@ -353,7 +355,7 @@ def alertmanager_config(prom: dict, am: dict) -> dict:
     # so without a matcher it would take every alert of the cluster: it takes ours only.
     top = {"receiver": top.pop("receiver"),
            "matchers": [{"name": "alertname", "matchType": "=~",
-                         "value": "|".join(alert_names(prom))}], **top}
+                         "value": "|".join(alert_names(prom, prometheus_dir))}], **top}
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "AlertmanagerConfig",
         "metadata": {"name": ALERTMANAGER_CONFIG_NAME, "labels": dict(PART_OF)},
@@ -393,9 +395,9 @@ def receivers_secret(am_config: dict) -> str:
 # --- Grafana dashboards -----------------------------------------------------------------------
 
 
-def dashboard_configmaps() -> dict[str, str]:
+def dashboard_configmaps(dashboards: Path) -> dict[str, str]:
     out = {}
-    for path in sorted(DASHBOARDS.glob("*.json")):
+    for path in sorted(dashboards.glob("*.json")):
         content = path.read_text()
         if not content.endswith("\n") or any(line != line.rstrip() or "\t" in line
                                              for line in content.splitlines()):
@@ -804,16 +806,17 @@ images:
 # --- all files --------------------------------------------------------------------------------
 
 
-def files() -> dict[str, str]:
-    """Relative path under deploy/kubernetes/ -> content."""
-    prom = load(PROMETHEUS_YML)
-    am = load(ALERTMANAGER_YML)
-    am_config = alertmanager_config(prom, am)
+def files(s: Settings) -> dict[str, str]:
+    """Relative path under deploy/kubernetes/ -> content, from the configuration folder's
+    prometheus.yml, rule files, alertmanager.yml and dashboards."""
+    prom = dict(s.prometheus)
+    am = load(s.alertmanager_file)
+    am_config = alertmanager_config(prom, am, s.prometheus_file.parent)
     base = {
-        **prometheus_rules(prom),
-        **pod_monitors(prom),
+        **prometheus_rules(prom, s.prometheus_file.parent),
+        **pod_monitors(prom, s.selectors),
         "base/alertmanagerconfig.yaml": document("alertmanager/alertmanager.yml", am_config),
-        **dashboard_configmaps(),
+        **dashboard_configmaps(s.dashboards_dir),
     }
     listing = "".join(f"  - {Path(p).name}\n" for p in base)
     out = {

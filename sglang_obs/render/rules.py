@@ -11,6 +11,7 @@ runbook and the rules cannot disagree on a number.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,18 +19,14 @@ from typing import Any
 
 import yaml
 
-from sglang_obs.core import config_dir
+from sglang_obs.core import settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import STATES
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
 
-ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
-THRESHOLDS = ROOT / "prometheus" / "thresholds.yml"
-RULES_DIR = ROOT / "prometheus" / "rules"
 # The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
 # (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
 # pull request 4669, July 2023).
-VMALERT_RULES_DIR = ROOT / "prometheus" / "rules-vmalert"
 VMALERT_DROPPED_FIELDS = ("keep_firing_for",)
 # vmalert reads recorded series back from the store, so the variant is one group, every rule in
 # the order Prometheus evaluates them (docs/fleet.md, "Onset to page"). vmalert starts each group
@@ -61,9 +58,6 @@ QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 # alerts are the one notification of an incident; the symptoms they explain stay silent.
 SATURATION_STATES = ("prefill_backlog", "decode_contention", "kv_capacity",
                      "scheduling_bottleneck")
-# prometheus.yml's evaluation_interval (a test checks): a for: of one evaluation. Longer
-# sustains of the state alerts are windows over the recorded state.
-STEP_SECONDS = 15
 LATENCY_HISTOGRAMS = (
     ("time_to_first_token_seconds", "TTFT"), ("inter_token_latency_seconds", "ITL"),
     ("e2e_request_latency_seconds", "E2E"), ("queue_time_seconds", "queue time"))
@@ -88,8 +82,12 @@ SLOS = (
 )
 
 
-def load_thresholds(path: Path = THRESHOLDS) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+def inputs(s: settings.Settings | None = None) -> dict[str, Any]:
+    """What the rules are made of: thresholds.yml's sections, and prometheus.yml's
+    evaluation_interval (a for: of one evaluation; longer sustains of the state alerts are
+    windows over the recorded state). A fresh copy: callers may change it."""
+    s = s or settings.default()
+    return {**copy.deepcopy(dict(s.thresholds)), "evaluation_interval": s.evaluation_interval}
 
 
 @dataclass(frozen=True)
@@ -488,6 +486,7 @@ ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m"
 
 
 def saturation_alerts(t: dict) -> tuple[Alert, ...]:
+    step = _seconds(t["evaluation_interval"])
     a, sustain = t["alerts"], t["sustain"]
     keep = sustain["keep_firing_for"]
     meaning = {k.state: k.meaning for k in state_classes(t)}
@@ -501,7 +500,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
                 f"within the last {t['incident_window']} (a class change within an incident); "
                 f"once firing, it lasts while the state does: a gap in the state shorter than "
                 f"{keep} does not end it"
-                if _seconds(sustain[state]) > STEP_SECONDS else "")
+                if _seconds(sustain[state]) > step else "")
         return f"the server is in state `{state}`: {meaning[state]}.{held}".rstrip(".")
 
     def state_expr(signal: str, state: str, alert: str) -> str:
@@ -515,7 +514,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
         # alert resolves in the middle of the incident and pages again.
         code = STATES.index(state)
         expr = f"{signal} and on (cluster, instance) (instance:sglang_state:code == {code})"
-        held = _seconds(sustain[state]) - STEP_SECONDS
+        held = _seconds(sustain[state]) - step
         if held <= 0:
             return expr
         return (f"{expr}\nand on (cluster, instance) (\n"
@@ -525,7 +524,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
                 f'  or ALERTS{{alertname="{alert}", alertstate="firing"}})')
 
     def for_(state: str) -> str:
-        return sustain[state] if _seconds(sustain[state]) <= STEP_SECONDS else f"{STEP_SECONDS}s"
+        return sustain[state] if _seconds(sustain[state]) <= step else f"{step}s"
 
     def state_alert(name: str, signal: str, state: str, comment: str, *, summary: str,
                     description: str, also: str = "") -> Alert:
@@ -949,12 +948,14 @@ def render_groups(groups: list[Group], header: str, t: dict, vmalert: bool = Fal
 
 
 def rule_files(t: dict) -> dict[Path, str]:
-    """prometheus/rules/*.yml, each holding the groups that name it, in RULE_FILES order."""
+    """prometheus/rules/*.yml (paths relative to the configuration folder), each holding the
+    groups that name it, in RULE_FILES order."""
     groups = recording_groups(t) + alert_groups(t)
     unknown = {g.file for g in groups} - {name for name, _ in RULE_FILES}
     if unknown:
         raise ValueError(f"groups name files missing from RULE_FILES: {sorted(unknown)}")
-    return {RULES_DIR / name: render_groups([g for g in groups if g.file == name], header, t)
+    return {settings.RULES_DIR / name:
+            render_groups([g for g in groups if g.file == name], header, t)
             for name, header in RULE_FILES}
 
 
@@ -966,4 +967,5 @@ def vmalert_rule_files(t: dict) -> dict[Path, str]:
     one = Group(VMALERT_GROUP, VMALERT_FILE, tuple(r for g in groups for r in g.rules))
     header = ("Every recording and alerting rule of prometheus/rules/, in their order, as one "
               "group.")
-    return {VMALERT_RULES_DIR / VMALERT_FILE: render_groups([one], header, t, vmalert=True)}
+    return {settings.VMALERT_RULES_DIR / VMALERT_FILE:
+            render_groups([one], header, t, vmalert=True)}

@@ -32,11 +32,9 @@ from typing import Any
 
 import yaml
 
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import FLEET_DIR
 
-ROOT = config_dir.resolve()
-PROMETHEUS_YML = ROOT / "prometheus" / "prometheus.yml"
-FLEET_DIR = ROOT / "prometheus" / "fleet"
+# The files it makes, relative to the configuration folder.
 VMAGENT_YML = FLEET_DIR / "vmagent.yml"
 AGENT_YML = FLEET_DIR / "prometheus-agent.yml"
 CENTRAL_SCRAPE_YML = FLEET_DIR / "central-scrape.yml"
@@ -163,9 +161,8 @@ def store_flags(prom: dict[str, Any]) -> list[str]:
 
 
 def vmagent_command(config: str, write_url: str, buffer_dir: str, listen: str,
-                    prom: dict[str, Any] | None = None) -> list[str]:
-    """vmagent's arguments (without the binary) for one host."""
-    prom = prom if prom is not None else yaml.safe_load(PROMETHEUS_YML.read_text())
+                    prom: dict[str, Any]) -> list[str]:
+    """vmagent's arguments (without the binary) for one host, `prom` prometheus.yml."""
     return [f"-promscrape.config={config}", f"-remoteWrite.url={write_url}",
             f"-remoteWrite.tmpDataPath={buffer_dir}",
             f"-remoteWrite.maxDiskUsagePerURL={BUFFER_BYTES}",
@@ -184,14 +181,16 @@ def agent_config(prom: dict[str, Any], cluster: str, host: str, write_url: str) 
     return config
 
 
-def central_scrape_config(addresses: dict[str, str] = CENTRAL_ADDRESSES) -> dict[str, Any]:
+def central_scrape_config(prom: dict[str, Any],
+                          addresses: dict[str, str] = CENTRAL_ADDRESSES) -> dict[str, Any]:
     """What the central store scrapes itself: its own, vmalert's and Alertmanager's metrics,
     labelled cluster="central", host="central" so that they never pass for a host without a
-    cluster (SGLangHostClusterLabelMissing)."""
+    cluster (SGLangHostClusterLabelMissing); at prometheus.yml's scrape interval."""
     jobs = [{"job_name": job, "static_configs": [{"targets": [address]}], "sample_limit": 10000,
              "relabel_configs": identity_relabel("central", "central")}
             for job, address in addresses.items()]
-    return {"global": {"scrape_interval": "15s"}, "scrape_configs": jobs}
+    return {"global": {"scrape_interval": prom["global"]["scrape_interval"]},
+            "scrape_configs": jobs}
 
 
 def prometheus_central_config(prom: dict[str, Any]) -> dict[str, Any]:
@@ -211,8 +210,8 @@ def render(config: dict[str, Any], comment: str) -> str:
     return HEADER + comment + yaml.safe_dump(config, sort_keys=False, width=100)
 
 
-def files(prom_path: Path = PROMETHEUS_YML) -> dict[Path, str]:
-    prom = yaml.safe_load(prom_path.read_text())
+def files(prom: dict[str, Any]) -> dict[Path, str]:
+    """The fleet's files (paths relative to the configuration folder) from prometheus.yml."""
     vm = shipper_config(prom, f"%{{{CLUSTER_ENV}}}", f"%{{{HOST_ENV}}}", VMAGENT_ADDRESS)
     agent = agent_config(prom, "example-cluster", "example-host", CENTRAL_WRITE_URL)
     return {
@@ -220,7 +219,7 @@ def files(prom_path: Path = PROMETHEUS_YML) -> dict[Path, str]:
             f"# vmagent -promscrape.config. {CLUSTER_ENV} and {HOST_ENV} come from the\n"
             "# environment (vmagent expands %{VAR}). Flags: sglang-obs fleet shipper-flags, or\n"
             "# docker-compose.fleet.yml, which carries them.\n")),
-        CENTRAL_SCRAPE_YML: render(central_scrape_config(), (
+        CENTRAL_SCRAPE_YML: render(central_scrape_config(prom), (
             "# VictoriaMetrics -promscrape.config on the central side (docker-compose.central.yml)"
             ".\n")),
         PROMETHEUS_CENTRAL_YML: render(prometheus_central_config(prom), (

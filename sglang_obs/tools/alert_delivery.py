@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.core import config_dir
+from sglang_obs.core.settings import Settings, default
 
 VERDICTS = ("notified", "not_notified", "flickered", "inhibited", "not_routed", "silenced")
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"?(.*?)"?\s*$')
@@ -105,8 +105,9 @@ class AlertmanagerConfig:
         return cls(doc.get("route") or {}, receivers, inhibitions, origin)
 
     @classmethod
-    def shipped(cls) -> AlertmanagerConfig:
-        path = config_dir.resolve() / "alertmanager" / "alertmanager.yml"
+    def shipped(cls, s: Settings | None = None) -> AlertmanagerConfig:
+        """The configuration folder's alertmanager.yml."""
+        path = (s or default()).alertmanager_file
         return cls.parse(path.read_text(), "alertmanager/alertmanager.yml")
 
     def route(self, labels: dict[str, str]) -> Route:

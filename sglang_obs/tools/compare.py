@@ -26,18 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from sglang_obs.core import config_dir, pack
+from sglang_obs.core import pack
 from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
 from sglang_obs.exporter.request_records import PROMPT_CLASSES  # shortest first
 
 SCHEMA_VERSION = 1
 MINUTE = 60.0
-STEP = 15.0  # the recording rules' evaluation interval: state and gauge samples
 MIN_MINUTES = 2
 # The exporter's configuration series: argument -> (series, label of the info metric or None).
 CONFIG_INFO = "sglang_obs_server_config_info"
@@ -59,12 +57,6 @@ class CompareError(Failure):
 
 class CompareUsageError(CompareError, UsageError):
     """A window that cannot be read or is empty (exit 2)."""
-
-
-def settings(path: Path | None = None) -> dict:
-    """thresholds.yml's `compare:` block."""
-    path = path or config_dir.resolve() / "prometheus" / "thresholds.yml"
-    return yaml.safe_load(path.read_text())["compare"]
 
 
 # -- statistics over per-minute units ------------------------------------------------------
@@ -331,11 +323,11 @@ def config_diff(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> 
 
 
 # -- the result ----------------------------------------------------------------------------
-def compare(before: WindowData, after: WindowData, limits: dict | None = None,
+def compare(before: WindowData, after: WindowData, limits: dict,
             resamples: int | None = None, seed: int | None = None,
             paired: bool = False) -> dict:
-    """The comparison document (compare.json; schema in docs/compare.md)."""
-    limits = limits or settings()
+    """The comparison document (compare.json; schema in docs/compare.md); `limits` is
+    thresholds.yml's `compare:` block."""
     resamples = limits["bootstrap_resamples"] if resamples is None else resamples
     seed = limits["bootstrap_seed"] if seed is None else seed
     if paired and before.minutes != after.minutes:
@@ -570,13 +562,15 @@ def parse_window(flag: str, pair: Sequence[str], now: float | None = None) -> Wi
 
 
 # -- snapshot packs ------------------------------------------------------------------------
-def pack_windows(prom: Prometheus, start: float, end: float, servers: Sequence[str]) -> dict:
+def pack_windows(prom: Prometheus, start: float, end: float, servers: Sequence[str],
+                 s: Settings) -> dict:
     """A snapshot pack's windows.json: fetch_window over the pack's window for each server
     (none when the window is shorter than compare's minimum)."""
     w = Window("--from/--to", start, end)
     long_enough = end - start >= MIN_MINUTES * MINUTE
     return {"schema_version": pack.SCHEMA_VERSION, "window": {"start": start, "end": end},
-            "servers": {s: fetch_window(prom, w, s).to_dict() for s in servers}
+            "servers": {server: fetch_window(prom, w, server, s).to_dict()
+                        for server in servers}
             if long_enough else {}}
 
 
@@ -593,24 +587,20 @@ def read_pack(flag: str, path: Path, instance: str | None, instance_flag: str) -
     return WindowData.from_dict(doc["servers"][server], source=f"snapshot pack {path}")
 
 
-def _selectors() -> tuple[str, str]:
-    s = yaml.safe_load((config_dir.resolve() / "prometheus" / "thresholds.yml").read_text())
-    return s["selectors"]["sglang_job"], s["selectors"]["exporter_job"]
-
-
-def servers_in(prom: Prometheus, w: Window) -> list[str]:
+def servers_in(prom: Prometheus, w: Window, s: Settings) -> list[str]:
     span = f"{int(w.end - w.start)}s"
     found = prom.query(f"count by (instance) (count_over_time(instance:sglang_state:code"
                        f"[{span}]))", w.end)
     if not found:
-        _, exporter = _selectors()
+        exporter = s.selectors["exporter_job"]
         found = prom.query(f'count by (instance) (count_over_time(sglang_obs_up{{job='
                            f'"{exporter}"}}[{span}]))', w.end)
     return sorted(r["metric"].get("instance", "") for r in found)
 
 
-def pick_server(prom: Prometheus, w: Window, instance: str | None, flag: str) -> str:
-    servers = servers_in(prom, w)
+def pick_server(prom: Prometheus, w: Window, instance: str | None, flag: str,
+                s: Settings) -> str:
+    servers = servers_in(prom, w, s)
     if not servers:
         raise CompareError(f"{w.flag}: no data between {iso(w.start)} and {iso(w.end)} in "
                            f"--prometheus {prom.url}: the window is empty, beyond retention, or "
@@ -633,9 +623,13 @@ def _first(series: dict[tuple, dict[float, float]]) -> dict[float, float]:
     return next(iter(series.values()), {})
 
 
-def fetch_window(prom: Prometheus, w: Window, server: str) -> WindowData:
-    """One window's minutes, distributions, states, alerts and configuration for `server`."""
-    sglang_job, exporter_job = _selectors()
+def fetch_window(prom: Prometheus, w: Window, server: str, s: Settings | None = None
+                 ) -> WindowData:
+    """One window's minutes, distributions, states, alerts and configuration for `server`,
+    state and gauge samples at the recording rules' evaluation interval."""
+    s = s or default()
+    sglang_job, exporter_job = s.selectors["sglang_job"], s.selectors["exporter_job"]
+    step = s.evaluation_interval_s
     native = f'job="{sglang_job}", instance="{server}"'
     exporter = f'job="{exporter_job}", instance="{server}"'
     grid = _minute_grid(w)
@@ -668,24 +662,24 @@ def fetch_window(prom: Prometheus, w: Window, server: str) -> WindowData:
             if of == hist:
                 units[key] = minutes
     speed = _first(prom.query_range(f'instance:sglang_decode_speed_per_request:max{{instance='
-                                    f'"{server}"}}', w.start, w.end, STEP))
+                                    f'"{server}"}}', w.start, w.end, step))
     speed_minutes = [[v for ts, v in speed.items() if t - MINUTE < ts <= t] or None
                      for t in grid]
     units["decode_speed_p10"] = units["decode_speed_p50"] = speed_minutes
     mix, source = _prompt_mix(prom, w, native, exporter)
     states = _first(prom.query_range(f'instance:sglang_state:code{{instance="{server}"}}',
-                                     w.start, w.end, STEP))
+                                     w.start, w.end, step))
     state_seconds: dict[str, float] = {}
     for code in states.values():
         name = STATES[int(code)] if 0 <= int(code) < len(STATES) else "unknown"
-        state_seconds[name] = state_seconds.get(name, 0.0) + STEP
+        state_seconds[name] = state_seconds.get(name, 0.0) + step
     longest = prom.query(f"max(max_over_time(instance:sglang_queue_nonempty_duration_seconds:"
                          f'max{{instance="{server}"}}[{int(w.end - w.start)}s]))', w.end)
     return WindowData(
         server=server, start=w.start, end=w.end, units=units, bounds=bounds, prompt_mix=mix,
         prompt_mix_source=source, state_seconds=state_seconds,
         longest_queueing_seconds=float(longest[0]["value"][1]) if longest else None,
-        alerts=_alerts(prom, w, server), config=_config(prom, w, server, exporter_job))
+        alerts=_alerts(prom, w, server, step), config=_config(prom, w, server, exporter_job))
 
 
 def _histogram(series: dict[tuple, dict[float, float]], grid: list[float]
@@ -729,8 +723,8 @@ def _prompt_mix(prom: Prometheus, w: Window, native: str, exporter: str
     return mix, "SGLang prompt-token histogram"
 
 
-def _alerts(prom: Prometheus, w: Window, server: str) -> list[dict]:
-    series = prom.query_range('ALERTS{alertstate="firing"}', w.start, w.end, STEP)
+def _alerts(prom: Prometheus, w: Window, server: str, step: float) -> list[dict]:
+    series = prom.query_range('ALERTS{alertstate="firing"}', w.start, w.end, step)
     out = []
     for key, points in series.items():
         labels = dict(key)
@@ -739,10 +733,10 @@ def _alerts(prom: Prometheus, w: Window, server: str) -> list[dict]:
             continue
         times = sorted(points)
         episodes = 1 + sum(1 for x, y in zip(times, times[1:], strict=False)
-                           if y - x > 1.5 * STEP)
+                           if y - x > 1.5 * step)
         out.append({"alertname": labels.get("alertname", ""),
                     "severity": labels.get("severity", ""), "episodes": episodes,
-                    "seconds": len(times) * STEP, "first_firing": iso(times[0])})
+                    "seconds": len(times) * step, "first_firing": iso(times[0])})
     return sorted(out, key=lambda a: (a["first_firing"], a["alertname"]))
 
 
@@ -769,10 +763,11 @@ def run(prometheus_url: str, before: Sequence[str] | None, after: Sequence[str] 
         instance: str | None = None, after_instance: str | None = None,
         out: Path | None = None, resamples: int | None = None, seed: int | None = None,
         paired: bool = False, before_pack: Path | None = None,
-        after_pack: Path | None = None) -> tuple[dict, str]:
+        after_pack: Path | None = None, s: Settings | None = None) -> tuple[dict, str]:
     """Compare the two windows, each from Prometheus (`before`, `after`: two times) or from a
     snapshot pack (`before_pack`, `after_pack`); with `out`, write report.md, compare.json and
     compare.png there (a new or empty folder, left as found on failure). (document, report)."""
+    s = s or default()
     now = time.time()
     after_flag = "--after-instance" if after_instance else "--instance"
     sides = (("--before", before, before_pack, instance, "--instance"),
@@ -789,14 +784,15 @@ def run(prometheus_url: str, before: Sequence[str] | None, after: Sequence[str] 
         out, created = new_folder("--out", out)
     try:
         prom = Prometheus(prometheus_url) if None in data else None
-        servers = [pick_server(prom, w, server, flag) if w else None
+        servers = [pick_server(prom, w, server, flag, s) if w else None
                    for w, (*_, server, flag) in zip(windows, sides, strict=True)]
         for i, w in enumerate(windows):
             if w is not None:
-                data[i] = dataclasses.replace(fetch_window(prom, w, servers[i]),
+                data[i] = dataclasses.replace(fetch_window(prom, w, servers[i], s),
                                               source="Prometheus")
         data_b, data_a = data
-        doc = compare(data_b, data_a, resamples=resamples, seed=seed, paired=paired)
+        doc = compare(data_b, data_a, s.thresholds["compare"], resamples=resamples, seed=seed,
+                      paired=paired)
         text = report(doc)
         if out is not None:
             (out / "compare.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

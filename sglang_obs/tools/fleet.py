@@ -31,9 +31,10 @@ from pathlib import Path
 import yaml
 
 from sglang_obs.core.cli_support import folder
+from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.sglang import EXPORTER_ADDRESS
-from sglang_obs.render import rules, shipper
-from sglang_obs.tools.stack import BIN, ROOT, Component, NativeStack, StackError, _which
+from sglang_obs.render import shipper
+from sglang_obs.tools.stack import BIN, Component, NativeStack, StackError, _which
 
 INCIDENT = "long-context-incident"
 QUIET = "healthy"
@@ -65,19 +66,19 @@ class Fleet:
 
     workdir: Path
     hosts: list[FleetHost] = field(default_factory=list)
-    evaluation_interval: str = "15s"
     ports: dict[str, int] = field(default_factory=dict)
     stack: NativeStack | None = None
+    settings: Settings = field(default_factory=default)  # whose configuration files it runs
 
     @classmethod
     def simulated(cls, workdir: Path, count: int, clusters: int = 2, demo: bool = False,
-                  incident_start_at: float = 0.0) -> Fleet:
+                  incident_start_at: float = 0.0, s: Settings | None = None) -> Fleet:
         names = [chr(ord("a") + i) for i in range(clusters)]
         hosts = [FleetHost(f"host-{i + 1}", f"cluster-{names[i % clusters]}",
                            INCIDENT if demo and i == 0 else QUIET,
                            incident_start_at if demo and i == 0 else 60.0)
                  for i in range(count)]
-        return cls(workdir, hosts)
+        return cls(workdir, hosts, settings=s or default())
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
@@ -96,7 +97,7 @@ class Fleet:
             str(BIN / "sglang-obs"), "alert-sink", "--listen",
             f"127.0.0.1:{self.ports['alert-sink']}", "--log-file", str(w / "alerts.jsonl")],
             self.url("alert-sink") + "/", self.ports["alert-sink"])]
-        am_config = (ROOT / "alertmanager" / "alertmanager.yml").read_text().replace(
+        am_config = self.settings.alertmanager_file.read_text().replace(
             "http://alert-sink:9095", self.url("alert-sink"))
         (w / "alertmanager.yml").write_text(am_config)
         comps.append(Component("alertmanager", [
@@ -109,9 +110,9 @@ class Fleet:
         comps.append(Component("vmalert", [
             _which("vmalert"), *vmalert_args(
                 self.url("victoria-metrics"), self.url("alertmanager"),
-                f"127.0.0.1:{self.ports['vmalert']}", self.evaluation_interval)],
+                f"127.0.0.1:{self.ports['vmalert']}", self.settings)],
             self.url("vmalert") + "/health", self.ports["vmalert"]))
-        prom = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+        prom = dict(self.settings.prometheus)
         for h in self.hosts:
             h.sim_port, h.feed_port, h.exporter_port, h.agent_port = (
                 next(ports) for _ in range(4))
@@ -134,16 +135,17 @@ class Fleet:
                 str(config), self.write_url(), str(w / f"vmagent-{h.name}-buffer"),
                 f"127.0.0.1:{h.agent_port}", prom)],
                 f"http://127.0.0.1:{h.agent_port}/health", h.agent_port))
-        self.stack = NativeStack(w)
+        self.stack = NativeStack(w, settings=self.settings)
         self.stack.components = comps
 
     def store_component(self) -> Component:
         w = self.workdir
         scrape = w / "central-scrape.yml"
+        prom = dict(self.settings.prometheus)
         scrape.write_text(yaml.safe_dump(shipper.central_scrape_config(
-            {name: f"127.0.0.1:{self.ports[name]}"
-             for name in ("victoria-metrics", "vmalert", "alertmanager")}), sort_keys=False))
-        prom = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+            prom, {name: f"127.0.0.1:{self.ports[name]}"
+                   for name in ("victoria-metrics", "vmalert", "alertmanager")}),
+            sort_keys=False))
         return Component("victoria-metrics", [
             _which("victoria-metrics"), f"-storageDataPath={w / 'victoria-metrics-data'}",
             f"-httpListenAddr=127.0.0.1:{self.ports['victoria-metrics']}",
@@ -202,7 +204,7 @@ def _rewrite(prom: dict, h: FleetHost) -> dict:
     return yaml.safe_load(text)
 
 
-def vmalert_args(store: str, alertmanager: str, listen: str, interval: str = "15s") -> list[str]:
+def vmalert_args(store: str, alertmanager: str, listen: str, s: Settings) -> list[str]:
     """vmalert over the central store: the rules' vmalert variant (one group, so that each rule
     reads the records of the evaluation before, whatever phase vmalert gives the group: docs/
     fleet.md), results written back (recording rules and ALERTS), alert state restored from the
@@ -211,10 +213,12 @@ def vmalert_args(store: str, alertmanager: str, listen: str, interval: str = "15
     interval answers as of up to one interval before it runs. Its queries look back
     one evaluation interval (-datasource.queryStep; vmalert's default is 5m): a host that stopped
     shipping leaves no staleness marker, so with 5 minutes its last values would keep its state
-    "healthy" for 5 minutes; with 15 s its series end within about two scrape intervals. Alerts
+    "healthy" for 5 minutes; with one interval its series end within about two scrapes. Alerts
     sent to Alertmanager end 4 x the resend delay later unless sent again (-rule.resendDelay 1m,
-    Prometheus's default): a store outage under 4 minutes does not resolve a page."""
-    return [f"-rule={rules.VMALERT_RULES_DIR}/*.yml", f"-datasource.url={store}",
+    Prometheus's default): a store outage under 4 minutes does not resolve a page. The interval
+    is prometheus.yml's evaluation_interval, the rules' of one host."""
+    interval = s.evaluation_interval
+    return [f"-rule={s.vmalert_rules_dir}/*.yml", f"-datasource.url={store}",
             f"-datasource.queryStep={interval}", "-datasource.queryTimeAlignment=false",
             "-rule.resendDelay=1m",
             f"-remoteWrite.url={store}", f"-remoteRead.url={store}",
@@ -222,14 +226,14 @@ def vmalert_args(store: str, alertmanager: str, listen: str, interval: str = "15
             f"-httpListenAddr={listen}"]
 
 
-def up(args) -> int:
+def up(args, s: Settings) -> int:
     if args.dir:
         workdir = folder("--dir", Path(args.dir))
     else:
         workdir = Path(tempfile.mkdtemp(prefix="sglang-fleet-"))
     # `fleet up --demo` is a flag; `stack up --native --fleet N --demo` a list (maybe empty).
     demo = args.demo if isinstance(args.demo, bool) else args.demo is not None
-    fleet = Fleet.simulated(workdir, args.fleet, clusters=args.clusters, demo=demo)
+    fleet = Fleet.simulated(workdir, args.fleet, clusters=args.clusters, demo=demo, s=s)
     try:
         fleet.prepare()
         fleet.start()
@@ -263,9 +267,10 @@ def up(args) -> int:
 
 
 def shipper_config_text(flavour: str, cluster: str, host: str, write_url: str,
-                        exporter: str = EXPORTER_ADDRESS, self_address: str | None = None) -> str:
+                        exporter: str = EXPORTER_ADDRESS, self_address: str | None = None,
+                        s: Settings | None = None) -> str:
     """One host's shipper configuration, as `sglang-obs fleet shipper-config` prints it."""
-    prom = yaml.safe_load(shipper.PROMETHEUS_YML.read_text())
+    prom = dict((s or default()).prometheus)
     prom = yaml.safe_load(yaml.safe_dump(prom, sort_keys=False).replace(EXPORTER_ADDRESS,
                                                                          exporter))
     if flavour == "prometheus-agent":
@@ -278,14 +283,14 @@ def shipper_config_text(flavour: str, cluster: str, host: str, write_url: str,
     return yaml.safe_dump(config, sort_keys=False, width=100)
 
 
-def main_shipper_config(args) -> int:
+def main_shipper_config(args, s: Settings) -> int:
     sys.stdout.write(shipper_config_text(args.flavour, args.cluster, args.host, args.write_url,
-                                         args.exporter, args.self_address))
+                                         args.exporter, args.self_address, s))
     return 0
 
 
-def main_shipper_flags(args) -> int:
-    prom = yaml.safe_load(shipper.PROMETHEUS_YML.read_text())
+def main_shipper_flags(args, s: Settings) -> int:
+    prom = dict(s.prometheus)
     print(" ".join(shipper.vmagent_command(args.config, args.write_url, args.buffer_dir,
                                            args.listen, prom)))
     return 0

@@ -28,6 +28,7 @@ from pathlib import Path
 from sglang_obs.core import pack
 from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
 from sglang_obs.tools import alert_delivery as delivery
@@ -445,11 +446,14 @@ def requests_report(section: dict) -> list[str]:
 
 
 def take(prometheus_url: str, start: str, end: str, out: Path,
-         instances: list[str] | None = None, step: float = 15.0, *,
+         instances: list[str] | None = None, step: float | None = None, *,
          alertmanager: str | None = None, alerts_log: Path | None = None,
-         request_metrics_dir: str | None = None) -> dict:
-    """Write the pack into `out` (a new or empty folder) and return its summary. On failure
-    `out` is left as it was found (removed when this call created it)."""
+         request_metrics_dir: str | None = None, s: Settings | None = None) -> dict:
+    """Write the pack into `out` (a new or empty folder) and return its summary, sampled every
+    `step` seconds (default: the evaluation interval of `s`). On failure `out` is left as it
+    was found (removed when this call created it)."""
+    s = s or default()
+    step = step or s.evaluation_interval_s
     now = time.time()
     window = Window(parse_time(start, now, "--from", SnapshotUsageError),
                     parse_time(end, now, "--to", SnapshotUsageError), step)
@@ -459,7 +463,7 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
     out, created = new_folder("--out", out)
     try:
         return _take(prometheus_url, window, out, instances, alertmanager, alerts_log,
-                     request_metrics_dir)
+                     request_metrics_dir, s)
     except PrometheusError as err:
         restore_folder(out, created)
         raise SnapshotError(f"--prometheus: {err}") from None
@@ -477,7 +481,7 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
 
 def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] | None,
           alertmanager: str | None, alerts_log: Path | None,
-          request_metrics_dir: str | None = None) -> dict:
+          request_metrics_dir: str | None, s: Settings) -> dict:
     prom = Prometheus(prometheus_url)
     step = window.step
     total = max(window.end - window.start, 1)
@@ -501,7 +505,7 @@ def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] |
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     # What `compare --before-pack` and `sglang-sim what-if --pack` read instead of Prometheus.
     pack.write(out, pack.WINDOWS, compare.pack_windows(prom, window.start, window.end,
-                                                       data["servers"]))
+                                                       data["servers"], s))
     pack.write(out, pack.LOAD, pack.load_document(prom, data["servers"], window.start,
                                                   window.end, window.step))
     names = charts(data, out, window, summary["alerts"])

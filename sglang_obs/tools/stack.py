@@ -31,11 +31,10 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.core import config_dir
 from sglang_obs.core.cli_support import Failure, UsageError, folder, input_file, one_line
+from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.sglang import EXPORTER_ADDRESS, EXPORTER_PORT, SGLANG_PORT
 
-ROOT = config_dir.resolve()  # prometheus/, alertmanager/, grafana/
 BIN = Path(sys.executable).parent
 DEFAULT_PORTS = {"alert-sink": 9095, "alertmanager": 9093, "prometheus": 9090,
                  "exporter": EXPORTER_PORT}
@@ -140,6 +139,7 @@ class NativeStack:
     pinned: dict[str, int] = field(default_factory=dict)  # part -> port, beats the others
     ports: dict[str, int] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
+    settings: Settings = field(default_factory=default)  # whose configuration files it runs
 
     def _port(self, name: str, default: int) -> int:
         if name in self.pinned:
@@ -200,7 +200,7 @@ class NativeStack:
             exporter_cmd += ["--collector.nvml.simulator-feed", f"{urls[-1]}/sim/gpu"]
         self.components.append(Component("exporter", exporter_cmd,
                                           f"http://127.0.0.1:{exporter}/metrics", exporter))
-        am_config = (ROOT / "alertmanager" / "alertmanager.yml").read_text().replace(
+        am_config = self.settings.alertmanager_file.read_text().replace(
             "http://alert-sink:9095", f"http://127.0.0.1:{sink}")
         (self.workdir / "alertmanager.yml").write_text(am_config)
         self.components.append(Component("alertmanager", [
@@ -209,13 +209,14 @@ class NativeStack:
             f"--storage.path={self.workdir / 'alertmanager-data'}",
             f"--web.listen-address=127.0.0.1:{am}", "--cluster.listen-address="],
             f"http://127.0.0.1:{am}/-/ready", am))
-        text = (ROOT / "prometheus" / "prometheus.yml").read_text()
+        text = self.settings.prometheus_file.read_text()
         for old, new in ((EXPORTER_ADDRESS, f"127.0.0.1:{exporter}"),
                          ("alertmanager:9093", f"127.0.0.1:{am}"),
                          ("localhost:9090", f"127.0.0.1:{prom}")):
             text = text.replace(old, new)
         config = yaml.safe_load(text)
-        config["rule_files"] = [str(ROOT / "prometheus" / f) for f in config["rule_files"]]
+        config["rule_files"] = [str(self.settings.prometheus_file.parent / f)
+                                for f in config["rule_files"]]
         if override:
             config["global"].update(override)
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -291,7 +292,7 @@ def _stop_on_sigterm(*_) -> None:
     raise Stopped
 
 
-def up(args) -> int:
+def up(args, s: Settings) -> int:
     """The command: 0 after a stop (Ctrl-C, SIGTERM), 1 when a part fails to start or dies."""
     given = Path(args.dir) if args.dir else None
     before: set[str] | None = None
@@ -304,7 +305,8 @@ def up(args) -> int:
         workdir = Path(tempfile.mkdtemp(prefix="sglang-obs-"))
     stack = NativeStack(workdir, args.sglang_url or [], args.demo or [],
                         Path(args.override) if args.override else None,
-                        default_ports=not args.free_ports, pinned=dict(args.port or []))
+                        default_ports=not args.free_ports, pinned=dict(args.port or []),
+                        settings=s)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         try:
