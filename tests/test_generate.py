@@ -42,14 +42,21 @@ def test_every_product_is_listed_once_and_cheap_ones_are_checked():
     assert all(products.BY_NAME[n].checked for n in CHEAP)
 
 
-def test_the_render_layer_writes_no_file():
-    writes = []
+FILE_IO = ("write_text", "write_bytes", "mkdir", "unlink", "rmtree", "read_text", "read_bytes",
+           "glob", "rglob", "iterdir", "exists", "is_file", "is_dir", "stat")
+
+
+def test_the_render_layer_reads_and_writes_no_file():
+    """Pure functions of the settings and of texts the generator read: no file I/O at all."""
+    found = []
     for path in sorted((ROOT / "sglang_obs" / "render").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in (
-                    "write_text", "write_bytes", "mkdir", "unlink", "rmtree"):
-                writes.append(f"{path.name}:{node.lineno}: {node.attr}")
-    assert writes == []
+            if isinstance(node, ast.Attribute) and node.attr in FILE_IO:
+                found.append(f"{path.name}:{node.lineno}: {node.attr}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "open"):
+                found.append(f"{path.name}:{node.lineno}: open")
+    assert found == []
 
 
 def test_only_the_files_module_writes_what_the_products_make(tmp_path):

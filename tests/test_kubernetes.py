@@ -16,6 +16,7 @@
 """
 
 import copy
+import dataclasses
 import importlib
 import json
 import os
@@ -31,6 +32,8 @@ from sglang_obs import __version__, cli
 from sglang_obs.core.settings import default as _settings
 from sglang_obs.exporter import catalogue
 from sglang_obs.exporter import cli as exporter_cli
+from sglang_obs.generate import products
+from sglang_obs.generate.files import sync
 from sglang_obs.render import kubernetes
 
 from conftest import ROOT, require_binary
@@ -141,7 +144,16 @@ def env(container: dict) -> dict[str, str]:
 
 
 def test_committed_files_are_what_make_generate_writes():
-    assert kubernetes.stale(K8S, kubernetes.files(S)) == [], "run make generate"
+    made, owned = products.kubernetes(S)
+    assert sync(made, check=True, owned=owned) == [], "run make generate"
+
+
+def test_the_translation_reads_no_file(tmp_path):
+    """The render layer is given the texts: moved away from the configuration folder, the same
+    sources give the same objects."""
+    sources = products.kubernetes_sources(S)
+    moved = dataclasses.replace(S, root=tmp_path)
+    assert kubernetes.files(moved, sources) == kubernetes.files(S, sources)
 
 
 def test_check_reports_missing_stale_and_extra_files(tmp_path, capsys):
@@ -435,8 +447,8 @@ def test_alertmanagerconfig_has_alertmanager_ymls_routes_inhibitions_and_receive
     scope = route["matchers"].pop(0)
     # Nested under Alertmanager's own root, the route takes this stack's alerts and no others.
     assert scope == {"name": "alertname", "matchType": "=~",
-                     "value": "|".join(kubernetes.alert_names(load(PROMETHEUS_YML),
-                                                           PROMETHEUS_YML.parent))}
+                     "value": "|".join(kubernetes.alert_names(
+                         load(PROMETHEUS_YML), products.kubernetes_sources(S).rule_texts))}
     if not route["matchers"]:
         del route["matchers"]
 

@@ -82,7 +82,19 @@ def kubernetes(s: Settings, out: Path | None = None) -> tuple[Files, Owned]:
     if out is None and s.checkout is None:
         raise k.TranslationError("not in a checkout: give --out DIR")
     out = out or s.checkout / k.OUT
-    return {out / rel: text for rel, text in k.files(s).items()}, [(out, "**/*")]
+    return {out / rel: text for rel, text in k.files(s, kubernetes_sources(s)).items()}, [
+        (out, "**/*")]
+
+
+def kubernetes_sources(s: Settings):
+    """What the Kubernetes objects translate, read from the configuration folder."""
+    from sglang_obs.render import kubernetes as k
+
+    prom_dir = s.prometheus_file.parent
+    return k.Sources(
+        rule_texts={name: (prom_dir / name).read_text() for name in s.prometheus["rule_files"]},
+        dashboards={p.name: p.read_text() for p in sorted(s.dashboards_dir.glob("*.json"))},
+        alertmanager=s.alertmanager_file.read_text())
 
 
 def detection(s: Settings) -> tuple[Files, Owned]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -108,10 +109,6 @@ def parse(text: str) -> Any:
     return yaml.load(text, Loader=_LOADER)  # a safe loader
 
 
-def load(path: Path) -> Any:
-    return parse(path.read_text())
-
-
 # --- PrometheusRule ---------------------------------------------------------------------------
 
 
@@ -122,11 +119,20 @@ def load(path: Path) -> Any:
 NOT_IN_KUBERNETES = {"rules/fleet.alerts.yml"}
 
 
-def rule_files(prom: dict, prometheus_dir: Path) -> list[Path]:
-    """The rule files prometheus.yml (in `prometheus_dir`) loads, in its order, less the
-    fleet's."""
-    return [prometheus_dir / name for name in prom["rule_files"]
-            if name not in NOT_IN_KUBERNETES]
+@dataclass(frozen=True)
+class Sources:
+    """The files the objects translate, as text (the generator reads them; nothing here does):
+    the rule files prometheus.yml loads (by the name it gives them), the dashboards' JSON (by
+    file name) and alertmanager.yml."""
+
+    rule_texts: dict[str, str]
+    dashboards: dict[str, str]
+    alertmanager: str
+
+
+def rule_files(prom: dict) -> list[str]:
+    """The rule files prometheus.yml loads (as it names them), in its order, less the fleet's."""
+    return [name for name in prom["rule_files"] if name not in NOT_IN_KUBERNETES]
 
 
 def _group_blocks(text: str) -> list[tuple[str, list[str]]]:
@@ -144,11 +150,11 @@ def rule_object_name(group: str) -> str:
     return group if group.startswith("sglang") else f"sglang-obs-{group}"
 
 
-def prometheus_rules(prom: dict, prometheus_dir: Path) -> dict[str, str]:
+def prometheus_rules(prom: dict, rule_texts: dict[str, str]) -> dict[str, str]:
     interval = prom["global"]["evaluation_interval"]
     out = {}
-    for path in rule_files(prom, prometheus_dir):
-        text = path.read_text()
+    for name_in_prom in rule_files(prom):
+        text = rule_texts[name_in_prom]
         parsed = {g["name"]: g for g in parse(text)["groups"]}
         for name, lines in _group_blocks(text):
             head = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
@@ -156,7 +162,7 @@ def prometheus_rules(prom: dict, prometheus_dir: Path) -> dict[str, str]:
                     "spec": {"groups": None}}
             body = [lines[0], f"  interval: {interval}", *lines[1:]]
             indented = "\n".join(("  " + line) if line else line for line in body)
-            text_out = (document(f"prometheus/{path.relative_to(prometheus_dir)}", head)
+            text_out = (document(f"prometheus/{name_in_prom}", head)
                         .replace("  groups: null\n", "  groups:\n") + indented + "\n")
             group = parse(text_out)["spec"]["groups"][0]
             expected = {"name": name, "interval": interval, "rules": parsed[name]["rules"]}
@@ -340,14 +346,15 @@ def inhibit_rule(spec: dict) -> dict:
     return out
 
 
-def alert_names(prom: dict, prometheus_dir: Path) -> list[str]:
+def alert_names(prom: dict, rule_texts: dict[str, str]) -> list[str]:
     """Every alert name of the rule files, once each, in file order."""
-    names = [rule["alert"] for path in rule_files(prom, prometheus_dir)
-             for group in load(path)["groups"] for rule in group["rules"] if "alert" in rule]
+    names = [rule["alert"] for name in rule_files(prom)
+             for group in parse(rule_texts[name])["groups"] for rule in group["rules"]
+             if "alert" in rule]
     return list(dict.fromkeys(names))
 
 
-def alertmanager_config(prom: dict, am: dict, prometheus_dir: Path) -> dict:
+def alertmanager_config(prom: dict, am: dict, rule_texts: dict[str, str]) -> dict:
     top = route(am["route"])
     if "matchers" in top:
         raise TranslationError("alertmanager.yml's root route has matchers: merge them by hand")
@@ -355,7 +362,7 @@ def alertmanager_config(prom: dict, am: dict, prometheus_dir: Path) -> dict:
     # so without a matcher it would take every alert of the cluster: it takes ours only.
     top = {"receiver": top.pop("receiver"),
            "matchers": [{"name": "alertname", "matchType": "=~",
-                         "value": "|".join(alert_names(prom, prometheus_dir))}], **top}
+                         "value": "|".join(alert_names(prom, rule_texts))}], **top}
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "AlertmanagerConfig",
         "metadata": {"name": ALERTMANAGER_CONFIG_NAME, "labels": dict(PART_OF)},
@@ -395,10 +402,10 @@ def receivers_secret(am_config: dict) -> str:
 # --- Grafana dashboards -----------------------------------------------------------------------
 
 
-def dashboard_configmaps(dashboards: Path) -> dict[str, str]:
+def dashboard_configmaps(dashboards: dict[str, str]) -> dict[str, str]:
     out = {}
-    for path in sorted(dashboards.glob("*.json")):
-        content = path.read_text()
+    for file_name, content in sorted(dashboards.items()):
+        path = Path(file_name)
         if not content.endswith("\n") or any(line != line.rstrip() or "\t" in line
                                              for line in content.splitlines()):
             raise TranslationError(f"{path.name}: a literal block cannot hold it byte for byte")
@@ -806,17 +813,17 @@ images:
 # --- all files --------------------------------------------------------------------------------
 
 
-def files(s: Settings) -> dict[str, str]:
-    """Relative path under deploy/kubernetes/ -> content, from the configuration folder's
-    prometheus.yml, rule files, alertmanager.yml and dashboards."""
+def files(s: Settings, sources: Sources) -> dict[str, str]:
+    """Relative path under deploy/kubernetes/ -> content, from the settings' prometheus.yml and
+    selectors and the `sources`' rule files, alertmanager.yml and dashboards."""
     prom = dict(s.prometheus)
-    am = load(s.alertmanager_file)
-    am_config = alertmanager_config(prom, am, s.prometheus_file.parent)
+    am = parse(sources.alertmanager)
+    am_config = alertmanager_config(prom, am, sources.rule_texts)
     base = {
-        **prometheus_rules(prom, s.prometheus_file.parent),
+        **prometheus_rules(prom, sources.rule_texts),
         **pod_monitors(prom, s.selectors),
         "base/alertmanagerconfig.yaml": document("alertmanager/alertmanager.yml", am_config),
-        **dashboard_configmaps(s.dashboards_dir),
+        **dashboard_configmaps(sources.dashboards),
     }
     listing = "".join(f"  - {Path(p).name}\n" for p in base)
     out = {
@@ -841,17 +848,3 @@ def files(s: Settings) -> dict[str, str]:
             out[path] = header + text
         parse(out[path])  # every file parses
     return dict(sorted(out.items()))
-
-
-def stale(out: Path, expected: dict[str, str]) -> list[str]:
-    problems = []
-    for rel, text in expected.items():
-        path = out / rel
-        if not path.is_file():
-            problems.append(f"{path} (missing)")
-        elif path.read_text() != text:
-            problems.append(f"{path} (stale)")
-    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    problems += [f"{out / rel} (not generated: delete it)"
-                 for rel in sorted(present - set(expected))]
-    return problems
