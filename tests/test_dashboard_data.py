@@ -59,7 +59,8 @@ def results(backfilled):
         for param in targets():
             _, _, expr = param.values
             out[(name, expr)] = has_data(
-                query_range(url, substitute(expr, b.end - b.start), b.start, b.end, step=60))
+                query_range(url, substitute(expr, b.end - b.start, b.step), b.start, b.end,
+                            step=60))
     return out
 
 
