@@ -119,7 +119,7 @@ def normalise_exposition(text: str) -> str:
     renamed = {pid: str(4242 + i) for i, pid in enumerate(
         sorted(owners, key=lambda p: (owners[p], p)))}
     out = []
-    for family, header, samples in sorted(blocks, key=lambda b: b[0]):
+    for _family, header, samples in sorted(blocks, key=lambda b: b[0]):
         fixed = []
         for sample in samples:
             sample = re.sub(r'pid="(\d+)"', lambda m: f'pid="{renamed[m.group(1)]}"', sample)
