@@ -4,18 +4,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: test check generate bench
+.PHONY: test check generate bench goldens
 
 test: $(VENV)/.installed
-	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
+	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench conformance
 	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25
 
 check: $(VENV)/.installed
-	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench
+	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench conformance
 	$(PY) -m pytest -q -n 2 -m "not slow and not e2e"
 
 generate: $(VENV)/.installed
 	$(PY) -m sglang_obs.generate
+
+# SGLang's own code, release by release, into conformance/goldens/ (downloads each release and
+# its imports into throwaway virtualenvs; minutes, and gigabytes for torch). Then make generate.
+goldens:
+	$(PYTHON) conformance/generate.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench_exporter.py

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from sglang_obs.simulator import shapes
 from sglang_obs.simulator.model import Histogram, Scheduler, Server
 from sglang_obs.simulator.profiles import Profile
 
@@ -122,6 +123,22 @@ CONSTANTS = (
 )
 
 
+# Every family the model drives (some only after an event: a retraction, a finished request):
+# the catalogue of unmodelled families leaves these alone.
+MODELLED = frozenset(
+    {P + spec.name for spec in GAUGES} | {P + spec.name for spec in CONSTANTS}
+    | {P + n for n in (
+        "realtime_tokens_total", "num_retracted_requests_total",
+        "num_retracted_input_tokens_total", "num_retracted_output_tokens_total",
+        "prefill_effective_tokens_total", "scheduler_idle_seconds_total", "queue_time_seconds",
+        "per_stage_req_latency_seconds", "prompt_tokens_total", "generation_tokens_total",
+        "num_requests_total", "cached_tokens_total", "num_aborted_requests_total",
+        "http_requests_total", "http_responses_total", "time_to_first_token_seconds",
+        "inter_token_latency_seconds", "e2e_request_latency_seconds",
+        "request_time_per_output_token_seconds", "prompt_tokens_histogram",
+        "generation_tokens_histogram", "uncached_prompt_tokens_histogram")})
+
+
 class SimCollector:
     """Yields the simulated server's families; nothing while the server is down."""
 
@@ -139,6 +156,38 @@ class SimCollector:
             return
         yield from self._scheduler_families(server)
         yield from self._tokenizer_families(server)
+        if any(s.has_reported for s in server.schedulers):
+            yield from self._unmodelled_families(server)
+
+    # -- what the model does not drive (simulator/shapes.py) --------------------------------
+    def _unmodelled_families(self, server: Server):
+        """The release's other families, from its goldens' catalogue, at zero."""
+        reporting = [self._rank_labels(server, s.dp_rank, 0) for s in server.schedulers]
+        every_rank = [self._rank_labels(server, s.dp_rank, r) for s in server.schedulers
+                      for r in range(self._ranks_per_dp(server))]
+        for name, shape in shapes.load(self.profile.release).items():
+            if name in MODELLED:
+                continue
+            kind = shape["type"]
+            bare = name.removesuffix("_total") if kind == "counter" else name
+            ranked = [n for n in shape["labels"] if n in shapes.RANK_LABELS]
+            family_cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
+                          "histogram": HistogramMetricFamily}.get(kind)
+            if family_cls is None:
+                continue
+            family = family_cls(bare, shape["help"], labels=shape["labels"])
+            ranks = (every_rank if shape["every_rank"] else reporting) if ranked else [{}]
+            for rank in ranks:
+                for series in shape["series"] or [{}]:
+                    values = {**rank, "pid": self._pid, "priority": "", **series}
+                    labels = [values.get(n, "") for n in shape["labels"]]
+                    if kind == "histogram":
+                        family.add_metric(labels, [(floatToGoString(b), 0.0)
+                                                   for b in shape["buckets"]]
+                                          + [("+Inf", 0.0)], 0.0)
+                    else:
+                        family.add_metric(labels, shape["value"] or 0.0)
+            yield family
 
     # -- labels ----------------------------------------------------------------------------
     def _rank_labels(self, server: Server, dp_rank: int | None, tp_local: int) -> dict:

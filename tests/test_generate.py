@@ -12,8 +12,8 @@ from sglang_obs.generate import products
 
 from conftest import ROOT
 
-CHEAP = ["metrics", "simulator-docs", "rules", "shipper", "dashboards", "kubernetes",
-         "fleet-timing", "readme"]  # no Prometheus, promtool or Chromium run
+CHEAP = ["metrics", "simulator-shapes", "simulator-docs", "rules", "shipper", "dashboards",
+         "kubernetes", "compatibility", "fleet-timing", "readme"]  # no Prometheus, promtool or Chromium run
 
 
 def test_make_generate_is_the_one_entry_point():

@@ -25,6 +25,8 @@ LAYERS = {
     "generate": {"core", "exporter", "simulator", "render", "tools", "generate"},
     "cli": {"core", "exporter", "simulator", "render", "tools", "generate", "cli"},
     "bench": {"core", "exporter", "simulator", "render", "tools", "bench"},
+    # Runs inside a throwaway virtualenv holding one SGLang release: none of ours.
+    "conformance": {"conformance"},
 }
 # Where each layer's code lives (checkout folders; sglang_obs.exporter is exporter/, ...).
 FOLDERS = {
@@ -37,6 +39,7 @@ FOLDERS = {
     "generate": ["sglang_obs/generate"],
     "cli": ["sglang_obs/cli.py"],
     "bench": ["bench"],
+    "conformance": ["conformance"],
 }
 TEST_MODULES = {p.stem for p in (ROOT / "tests").glob("*.py")}
 
@@ -99,7 +102,7 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
 def test_every_python_file_is_in_a_layer():
     """A new folder of code gets a row, so the test sees it."""
     placed = {path for _, path in _all_files()}
-    code = {p for d in ("sglang_obs", "exporter", "simulator", "grafana", "bench")
+    code = {p for d in ("sglang_obs", "exporter", "simulator", "grafana", "bench", "conformance")
             for p in (ROOT / d).rglob("*.py")}
     assert sorted(str(p.relative_to(ROOT)) for p in code - placed) == []
 

@@ -26,6 +26,24 @@ def metrics(s: Settings) -> tuple[Files, Owned]:
     return {s.docs_dir / "metrics.md": catalogue.render_markdown()}, []
 
 
+def simulator_shapes(s: Settings) -> tuple[Files, Owned]:
+    """simulator/shapes/<release>.json from the conformance goldens (a checkout's)."""
+    import json
+
+    from sglang_obs.simulator import profiles, shapes
+
+    if s.checkout is None:
+        return {}, []
+    goldens = s.checkout / "conformance" / "goldens"
+    files: Files = {}
+    for release in profiles.RELEASES:
+        answer = goldens / release / "default" / "metrics.prom"
+        if answer.is_file():
+            files[shapes.HERE / f"{release}.json"] = json.dumps(
+                shapes.catalogue(answer.read_text()), indent=1, sort_keys=True) + "\n"
+    return files, [(shapes.HERE, "*.json")]
+
+
 def simulator_docs(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.simulator import docs
 
@@ -113,6 +131,27 @@ def fleet_timing(s: Settings) -> tuple[Files, Owned]:
     return {doc: f.render(doc.read_text(), s)}, []
 
 
+def compatibility(s: Settings) -> tuple[Files, Owned]:
+    """docs/compatibility.md from the conformance goldens, the rules and the dashboards."""
+    import json
+
+    from sglang_obs.render import compatibility as c
+
+    if s.checkout is None:
+        return {}, []
+    goldens = {}
+    for manifest in sorted((s.checkout / "conformance" / "goldens").glob("*/*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        om = manifest.parent / "metrics.openmetrics.content-type"
+        goldens[(m["release"], m["variant"])] = c.Golden(
+            m["release"], m["variant"], m["flags"], frozenset(m["families_exposed"]),
+            frozenset(m["families_defined"]), m["prometheus_client"],
+            om.read_text().strip() if om.exists() else "")
+    rules = [p.read_text() for p in sorted(s.rules_dir.glob("*.yml"))]
+    dashboards = {p.stem: p.read_text() for p in sorted(s.dashboards_dir.glob("*.json"))}
+    return {s.docs_dir / "compatibility.md": c.markdown(goldens, rules, dashboards)}, []
+
+
 def _read_tree(folder: Path, into: Path) -> Files:
     return {into / p.relative_to(folder): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -173,6 +212,8 @@ class Product:
 
 PRODUCTS = (
     Product("metrics", "docs/metrics.md, the exporter's metric catalogue", metrics),
+    Product("simulator-shapes", "simulator/shapes/*.json: each release's families from its "
+            "conformance goldens", simulator_shapes),
     Product("simulator-docs", "docs/simulator.md's parameter and scenario tables", simulator_docs),
     Product("rules", "prometheus/rules/, rules-vmalert/ and docs/runbooks.md's blocks", rules),
     Product("shipper", "prometheus/fleet/: vmagent, Prometheus agent and central configurations",
@@ -180,6 +221,8 @@ PRODUCTS = (
     Product("dashboards", "grafana/dashboards/*.json from the *.dashboard.py definitions",
             dashboards),
     Product("kubernetes", "deploy/kubernetes/ from the rules, dashboards and routing", kubernetes),
+    Product("compatibility", "docs/compatibility.md: every rule and panel per SGLang release",
+            compatibility),
     Product("detection", "docs/detection.md: every scenario's alerts through promtool", detection),
     Product("fleet-timing", "docs/fleet.md's onset-to-page budget", fleet_timing),
     Product("examples", "docs/images/overview-*.png and the example snapshot pack", examples,

@@ -143,8 +143,19 @@ def _wrap(text: str, width: int = 98) -> list[str]:
     return [*lines, line]
 
 
+def sglang_releases(s: Settings) -> str:
+    """The releases the conformance goldens cover (conformance/goldens/<release>/)."""
+    goldens = home(s) / "conformance" / "goldens"
+    releases = sorted((p.name for p in goldens.iterdir() if p.is_dir()),
+                      key=lambda r: tuple(int(x) for x in r.replace(".post", ".").split(".")))
+    return ("**Supported SGLang releases:** " + ", ".join(releases) + ", each checked against "
+            "the release's own metric code ([compatibility](docs/compatibility.md): which rule "
+            "and panel has data on which release and with which flags).\n")
+
+
 def blocks(s: Settings) -> dict[str, str]:
-    return {"demo-incident": demo_incident(), "ports": ports(s),
+    return {"sglang-releases": sglang_releases(s), "demo-incident": demo_incident(),
+            "ports": ports(s),
             "snapshot-example": snapshot_example(s), "detection-timings": detection_timings(s)}
 
 
