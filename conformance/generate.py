@@ -43,7 +43,8 @@ BASE = ["numpy", "orjson", "psutil", "pybase64", "requests", "torch", "packaging
         "transformers", "torchvision", "dill", "apache-tvm-ffi", "sentencepiece",
         "compressed-tensors", "gguf", "prometheus_client", "zstandard"]
 RELEASES = {
-    "0.4.6.post5": {"overlay": ["triton==3.2.0", "transformers==4.51.1", "tokenizers==0.21.1"]},
+    "0.4.6.post5": {"overlay": ["triton==3.2.0", "transformers==4.51.1", "tokenizers==0.21.1",
+                                "huggingface-hub==0.30.2"]},
     "0.5.5": {"overlay": []},
     "0.5.12": {"overlay": ["transformers==5.6.0"]},
     "0.5.23": {"overlay": []},

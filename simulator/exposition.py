@@ -71,8 +71,6 @@ GAUGES = (
     GaugeSpec("spec_accept_rate", "The acceptance rate of speculative decoding.", "0.5.4",
               lambda s: (s.reported.spec_accept_length - 1) / 3
               if s.reported.spec_accept_length else 0.0),
-    GaugeSpec("avg_request_queue_latency", "The average request queue latency (s).",
-              "0.4.6.post5", _r("avg_queue_latency"), until="0.5.2"),
     GaugeSpec("num_prefill_prealloc_queue_reqs", "Prefill requests in the prealloc queue.",
               "0.4.6.post5", ZERO, until="0.5.12"),
     GaugeSpec("num_prefill_bootstrap_queue_reqs", "Prefill requests in the bootstrap queue.",

@@ -57,8 +57,11 @@ def test_the_exporter_reads_the_metrics_answer(release, variant):
     assert got.get("num_queue_reqs") == 3
     used = got.get("kv_used_tokens") or got.get("num_used_tokens")
     assert used == 171_000
-    assert got.get("token_usage") == pytest.approx(171_000 / 412_000)
-    assert got.get("gen_throughput") == 1480
+    # Releases before 0.5 round the usage to two places in the report.
+    assert got.get("token_usage") == pytest.approx(171_000 / 412_000, abs=0.005)
+    # A 0.4.6 prefill server logs prefill reports only: no decode throughput.
+    prefill_only = variant == "pd-prefill" and release.startswith("0.4.")
+    assert got.get("gen_throughput") == (0.0 if prefill_only else 1480)
     # Tokenizer counters summed over their label sets (is_streaming, cache_source).
     assert got.get("num_requests_total") == REQUESTS
     assert got.get("prompt_tokens_total") == PROMPT_TOKENS

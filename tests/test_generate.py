@@ -12,8 +12,9 @@ from sglang_obs.generate import products
 
 from conftest import ROOT
 
+# No Prometheus, promtool or Chromium run.
 CHEAP = ["metrics", "simulator-shapes", "simulator-docs", "rules", "shipper", "dashboards",
-         "kubernetes", "compatibility", "fleet-timing", "readme"]  # no Prometheus, promtool or Chromium run
+         "kubernetes", "compatibility", "fleet-timing", "readme"]
 
 
 def test_make_generate_is_the_one_entry_point():

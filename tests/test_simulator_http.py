@@ -58,8 +58,10 @@ def samples(text):
     ("release", "present", "absent", "rank_labels"),
     [
         ("0.4.6.post5",
-         ["sglang:avg_request_queue_latency", "sglang:num_prefill_infight_queue_reqs"],
-         ["sglang:max_total_num_tokens", "sglang:queue_time_seconds_count",
+         ["sglang:num_grammar_queue_reqs", "sglang:num_prefill_infight_queue_reqs"],
+         # avg_request_queue_latency: 0.4.6.post5 defines it and never sets it (its golden)
+         ["sglang:avg_request_queue_latency", "sglang:max_total_num_tokens",
+          "sglang:queue_time_seconds_count",
           "sglang:realtime_tokens_total"], set()),
         ("0.5.5", ["sglang:queue_time_seconds_count", "sglang:num_retracted_reqs"],
          ["sglang:max_total_num_tokens", "sglang:kv_used_tokens", "sglang:context_len"],

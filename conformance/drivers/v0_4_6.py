@@ -18,7 +18,8 @@ The scheduler, tokenizer manager and HTTP server modules do not import without a
 quantization layers then import vllm), so the JSON bodies run the release's own functions from
 its source (`_release_def`): the `/get_server_info` handler, `TokenizerManager.get_internal_state`,
 `Scheduler.get_internal_state`, `ModelRunner.model_specific_adjustment` and the
-`global_server_args_dict` it updates.
+`global_server_args_dict` it updates, and the pool limits (request slots, max_running_requests,
+max_req_input_len, max_micro_batch_size) over a KV pool of MAX_TOTAL_TOKENS.
 """
 
 from __future__ import annotations
@@ -106,6 +107,22 @@ def _release_call_arg(relpath: str, qualname: str, callee: str, namespace: dict)
     raise LookupError(f"{qualname}: {callee}")
 
 
+def _release_stmt(relpath: str, qualname: str, prefix: str, namespace: dict) -> dict:
+    """Run the first statement inside `qualname` whose source starts with `prefix` in
+    `namespace` (its locals: `self` and the like), and return the namespace."""
+    filename, tree = _tree(relpath)
+    body = tree.body
+    for part in qualname.split("."):
+        body = _node(body, part).body
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.stmt) and ast.unparse(node).startswith(prefix):
+                exec(compile(ast.Module(body=[node], type_ignores=[]), filename, "exec"),
+                     namespace)
+                return namespace
+    raise LookupError(f"{qualname}: {prefix}")
+
+
 # -- the processes -----------------------------------------------------------------------------
 def _scheduler_rank(rank: int, flags: dict) -> None:
     """One TP rank's scheduler process: `Scheduler.init_metrics` on every rank; the stats logs
@@ -182,9 +199,10 @@ def _json_bodies(flags: dict, out: Path) -> None:
     # The scheduler process's copy of the arguments, as its ModelRunner adjusts them (attention
     # backend chosen, chunked prefix cache off for an MHA model) and publishes them.
     sched_sa = copy.deepcopy(sa)
-    hf_config = SimpleNamespace(**MODEL_CONFIG)
+    model_config = SimpleNamespace(context_len=MODEL_CONFIG["max_position_embeddings"],
+                                   hf_config=SimpleNamespace(**MODEL_CONFIG))
     runner = SimpleNamespace(
-        server_args=sched_sa, model_config=SimpleNamespace(hf_config=hf_config),
+        server_args=sched_sa, model_config=model_config, max_total_num_tokens=MAX_TOTAL_TOKENS,
         use_mla_backend=False, is_multimodal=False,
         is_multimodal_chunked_prefill_supported=True,
         mem_fraction_static=sched_sa.mem_fraction_static, page_size=sched_sa.page_size)
@@ -198,23 +216,39 @@ def _json_bodies(flags: dict, out: Path) -> None:
         "srt/model_executor/model_runner.py", "ModelRunner.__init__",
         "global_server_args_dict.update", {"server_args": sched_sa, "self": runner}))
 
-    ns = {"dataclass": dataclasses.dataclass, "Any": typing.Any, "Dict": typing.Dict,
-          "List": typing.List, "get_bool_env_var": utils.get_bool_env_var,
+    ns = {"dataclass": dataclasses.dataclass, "Any": typing.Any, "Dict": dict,
+          "List": list, "get_bool_env_var": utils.get_bool_env_var,
           "global_server_args_dict": global_server_args_dict}
     for name in ("GetInternalStateReq", "GetInternalStateReqOutput"):
         _release_def("srt/managers/io_struct.py", name, ns)
     ns["RECORD_STEP_TIME"] = _release_def("srt/managers/scheduler.py", "RECORD_STEP_TIME", ns)
     sched_get_state = _release_def("srt/managers/scheduler.py", "Scheduler.get_internal_state",
                                    dict(ns))
+    # The pool sizes: ModelRunner.init_memory_pool's request slots over a KV pool of
+    # MAX_TOTAL_TOKENS, then the TpModelWorker's limits, then the Scheduler's micro batch.
+    max_num_reqs = _release_stmt(
+        "srt/model_executor/model_runner.py", "ModelRunner.init_memory_pool",
+        "if max_num_reqs is None:", {"self": runner, "max_num_reqs":
+                                     sched_sa.max_running_requests})["max_num_reqs"]
+    worker = SimpleNamespace(max_total_num_tokens=MAX_TOTAL_TOKENS, model_config=model_config,
+                             model_runner=SimpleNamespace(
+                                 req_to_token_pool=SimpleNamespace(size=max_num_reqs + 1)))
+    for prefix in ("self.max_running_requests = min(", "self.max_req_len = min(",
+                   "self.max_req_input_len ="):
+        _release_stmt("srt/managers/tp_worker.py", "TpModelWorker.__init__", prefix,
+                      {"self": worker, "server_args": sched_sa})
     spec = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     scheduler = SimpleNamespace(
         last_gen_throughput=GEN_THROUGHPUT, spec_algorithm=spec,
         cum_spec_accept_length=0 if spec.is_none() else SPEC_ACCEPTED,
         cum_spec_accept_count=0 if spec.is_none() else SPEC_FORWARD_CT,
         step_time_dict=defaultdict(list), max_total_num_tokens=MAX_TOTAL_TOKENS,
-        # TpModelWorker: min(context_len - 1, max_total_num_tokens - 1) - 5
-        max_req_input_len=min(MODEL_CONFIG["max_position_embeddings"] - 1,
-                              MAX_TOTAL_TOKENS - 1) - 5)
+        max_running_requests=worker.max_running_requests,
+        max_req_input_len=worker.max_req_input_len)
+    _release_stmt("srt/managers/scheduler.py", "Scheduler.__init__",
+                  "if global_server_args_dict['max_micro_batch_size'] is None",
+                  {"self": scheduler, "server_args": sched_sa,
+                   "global_server_args_dict": global_server_args_dict})
 
     async def communicator(req):  # one DP rank answers
         return [sched_get_state(scheduler, req)]

@@ -58,6 +58,84 @@ def families_read(expr: str, records: Mapping[str, str], known: set[str],
     return out
 
 
+def _split(expr: str, words: tuple[str, ...]) -> list[tuple[str, str]]:
+    """`expr` cut at the binary set operators in `words` outside any bracket:
+    [(operator before the part, part), ...]; the first part's operator is ""."""
+    parts, depth, start, op = [], 0, 0, ""
+    i = 0
+    while i < len(expr):
+        ch = expr[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            for word in words:
+                m = re.match(rf"\s{word}\b", expr[i:])
+                if m:
+                    parts.append((op, expr[start:i]))
+                    op, start = word, i + m.end()
+                    i = start - 1
+                    break
+        i += 1
+    parts.append((op, expr[start:]))
+    return parts
+
+
+def missing(expr: str, exposed: frozenset[str], records: Mapping[str, str],
+            known: set[str]) -> set[str] | None:
+    """None when `expr` returns data from `exposed`, else the families it lacks. `a or b` needs
+    one side, `a unless b` only a, `absent(x)` nothing; a recording rule needs what it reads."""
+    expr = expr.strip()
+    parts = _split(expr, ("or", "unless"))
+    if len(parts) > 1:
+        lacking: set[str] = set()
+        satisfied = False
+        for op, part in parts:
+            if op == "unless":
+                continue
+            got = missing(part, exposed, records, known)
+            if got is None:
+                satisfied = True
+            else:
+                lacking |= got
+        return None if satisfied else lacking
+    # Brackets whose inside has alternatives are judged on their own.
+    lacking = set()
+    rest, depth, start = [], 0, None
+    for i, ch in enumerate(expr):
+        if ch == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0 and start is not None:
+                inner = expr[start + 1:i]
+                head = expr[:start].rstrip()
+                if re.search(r"absent(_over_time)?$", head):
+                    rest.append("()")  # absent(x) answers when x has no data
+                elif len(_split(inner, ("or", "unless"))) > 1 or "(" in inner:
+                    got = missing(inner, exposed, records, known)
+                    lacking |= got or set()
+                    rest.append("()")
+                else:
+                    rest.append(expr[start:i + 1])
+                start = None
+        elif depth == 0:
+            rest.append(ch)
+    flat = "".join(rest)
+    for name in families_read(flat, {}, known):
+        if name not in exposed:
+            lacking.add(name)
+    for record, body in records.items():
+        if re.search(rf"(?<![\w:]){re.escape(record)}(?![\w:])", flat):
+            got = missing(body, exposed, {k: v for k, v in records.items() if k != record},
+                          known)
+            lacking |= got or set()
+    return lacking or None
+
+
 def flag_text(flags: Mapping[str, object]) -> str:
     parts = []
     for key, value in flags.items():
@@ -66,16 +144,18 @@ def flag_text(flags: Mapping[str, object]) -> str:
     return " ".join(parts)
 
 
-def cell(needs: set[str], release: str, goldens: Mapping[tuple[str, str], Golden]) -> str:
+def cell(expr: str, release: str, goldens: Mapping[tuple[str, str], Golden],
+         records: Mapping[str, str], known: set[str]) -> str:
     default = goldens[(release, "default")]
-    if needs <= default.exposed:
+    lacking = missing(expr, default.exposed, records, known)
+    if lacking is None:
         return "data"
     for (r, variant), g in sorted(goldens.items()):
-        if r == release and variant != "default" and needs <= g.exposed:
+        if (r == release and variant != "default"
+                and missing(expr, g.exposed, records, known) is None):
             return f"needs `{flag_text(g.flags)}`" if g.flags else f"needs {variant} traffic"
-    missing = sorted(needs - default.exposed)
-    shown = ", ".join(f"`{m.removeprefix('sglang:')}`" for m in missing[:3])
-    return f"absent: {shown}" + (f" +{len(missing) - 3}" if len(missing) > 3 else "")
+    shown = ", ".join(f"`{m.removeprefix('sglang:')}`" for m in sorted(lacking)[:3])
+    return f"absent: {shown}" + (f" +{len(lacking) - 3}" if len(lacking) > 3 else "")
 
 
 def dashboard_targets(dashboard_texts: Mapping[str, str]) -> list[tuple[str, str, str]]:
@@ -143,19 +223,26 @@ def markdown(goldens: Mapping[tuple[str, str], Golden], rule_texts: Iterable[str
         names = ", ".join(f"`{n.removeprefix('sglang:')}`" for n in extra) or "none"
         lines.append(f"| {release} | {variant} | `{flag_text(g.flags) or '(default)'}` | "
                      f"{names} |")
-    lines += ["", "## Rules", "", "| rule " + head, "|---|" + "---|" * len(releases)]
+    lines += ["", "## Rules", "",
+              "Rules that read only the exporter's own series are left out; an alert with",
+              "several expressions (one per window) is one row when they agree.", "",
+              "| rule " + head, "|---|" + "---|" * len(releases)]
+    shown = set()
     for name, expr in rules:
-        needs = families_read(expr, records, known)
-        if not needs:
+        if not families_read(expr, records, known):
             continue  # reads only the exporter's own series
-        lines.append(f"| `{name}` | " + " | ".join(cell(needs, r, goldens) for r in releases)
-                     + " |")
+        row = f"| `{name}` | " + " | ".join(cell(expr, r, goldens, records, known)
+                                            for r in releases) + " |"
+        if row not in shown:
+            shown.add(row)
+            lines.append(row)
     lines += ["", "## Dashboard panels", "", "| dashboard | panel " + head,
               "|---|---|" + "---|" * len(releases)]
     seen = set()
     for dashboard, title, expr in panels:
         needs = families_read(expr, records, known)
-        row = (dashboard, title, tuple(cell(needs, r, goldens) for r in releases))
+        row = (dashboard, title, tuple(cell(expr, r, goldens, records, known)
+                                       for r in releases))
         if not needs or row in seen:
             continue
         seen.add(row)
