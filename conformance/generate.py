@@ -45,7 +45,7 @@ BASE = ["numpy", "orjson", "psutil", "pybase64", "requests", "torch", "packaging
 RELEASES = {
     "0.4.6.post5": {"overlay": ["triton==3.2.0", "transformers==4.51.1", "tokenizers==0.21.1",
                                 "huggingface-hub==0.30.2"]},
-    "0.5.5": {"overlay": []},
+    "0.5.5": {"overlay": ["python-multipart==0.0.34"]},
     "0.5.12": {"overlay": ["transformers==5.6.0"]},
     "0.5.23": {"overlay": []},
 }

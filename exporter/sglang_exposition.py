@@ -7,7 +7,8 @@ Three traps handled here, all described in the SGLang reference:
 - ranks: scheduler series repeat per tp/pp/ep rank (and constants on every rank) and split per
   dp_rank; `pid`-labelled gauges repeat per process. Load is max within a DP rank, summed over DP
   ranks; ratios are the worst (max) rank; tokenizer counters are summed over their label sets
-  (is_streaming, cache_source). Priority-split series keep only the total (`priority=""`).
+  (is_streaming, cache_source, priority). Priority-split scheduler series keep only the total
+  (`priority=""`).
 
 The body is read by a targeted line scan, not a full parser: a real 0.5.23 answer has ~1,000
 sample lines (histogram buckets mostly) of which about forty are kept. Every non-comment line is
@@ -326,9 +327,12 @@ def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:
     # name -> (model_name, dp_rank) -> max value
     per_dp: dict[str, dict[tuple[str, str], float]] = {}
     for code, labels, value in kept:
-        if labels.get("priority", "") != "" or math.isnan(value):
-            continue  # (an escaped value is never empty, so the raw value tells)
         bare = _WANTED_BARE[(code >> 2) - 1]
+        # The scheduler writes a queue's total under priority="" beside its per-priority
+        # series: only the total counts. The tokenizer's counters carry each request's own
+        # priority and no total: they are summed over it like any other label.
+        if (bare not in SUMMED and labels.get("priority", "") != "") or math.isnan(value):
+            continue  # (an escaped value is never empty, so the raw value tells)
         model = _unescape(labels.get("model_name", ""))
         if model and not out.model_name and bare in SCHEDULER_PRESENCE:
             out.model_name = model

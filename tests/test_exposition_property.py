@@ -1,8 +1,8 @@
 """The targeted /metrics scan against prometheus_client's parser as the reference.
 
 `reference` is the exporter's former reader: prometheus_client's text parser over the whole body,
-then the same aggregation (max within a DP rank, sum over DP ranks, priority="" only, ...). The
-targeted scan must read every recorded answer exactly like it, and agree with it on generated
+then the same aggregation (max within a DP rank, sum over DP ranks, priority="" only for the
+scheduler's series, ...). The targeted scan must read every recorded answer exactly like it, and agree with it on generated
 variants of those answers: shuffled lines, permuted and extra labels with escapes, both spellings,
 NaN/Inf values, timestamps, exemplars, duplicates, CRLF, and one garbled line in some of them.
 """
@@ -79,8 +79,8 @@ def _reference_aggregate(samples):
         if not spelling:
             continue
         spellings.add(spelling)
-        if bare not in WANTED or labels.get("priority", "") != "":
-            continue
+        if bare not in WANTED or (bare not in SUMMED and labels.get("priority", "") != ""):
+            continue  # scheduler totals are priority=""; tokenizer counters sum over it
         if not isinstance(value, float | int) or math.isnan(value):
             continue
         model = labels.get("model_name", "")
