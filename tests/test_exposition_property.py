@@ -2,9 +2,9 @@
 
 `reference` is the exporter's former reader: prometheus_client's text parser over the whole body,
 then the same aggregation (max within a DP rank, sum over DP ranks, priority="" only for the
-scheduler's series, ...). The targeted scan must read every recorded answer exactly like it, and agree with it on generated
-variants of those answers: shuffled lines, permuted and extra labels with escapes, both spellings,
-NaN/Inf values, timestamps, exemplars, duplicates, CRLF, and one garbled line in some of them.
+scheduler's series, ...). The targeted scan must read every recorded answer exactly like it,
+and agree with it on generated variants of those answers: shuffled lines, permuted and extra
+labels with escapes, both spellings, NaN/Inf values, timestamps, exemplars, duplicates, CRLF, and one garbled line in some of them.
 """
 
 import math
