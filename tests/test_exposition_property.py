@@ -4,7 +4,8 @@
 then the same aggregation (max within a DP rank, sum over DP ranks, priority="" only for the
 scheduler's series, ...). The targeted scan must read every recorded answer exactly like it,
 and agree with it on generated variants of those answers: shuffled lines, permuted and extra
-labels with escapes, both spellings, NaN/Inf values, timestamps, exemplars, duplicates, CRLF, and one garbled line in some of them.
+labels with escapes, both spellings, NaN/Inf values, timestamps, exemplars, duplicates, CRLF,
+and one garbled line in some of them.
 """
 
 import math
