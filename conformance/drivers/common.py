@@ -166,3 +166,19 @@ def answer(out: Path, add_prometheus_middleware) -> dict:
     (out / "metrics.openmetrics.content-type").write_text(om_headers["content-type"] + "\n")
     return {"text_content_type": headers["content-type"],
             "families_exposed": sorted(set(families(body.decode())))}
+
+
+def print_defined() -> None:
+    """define_all()'s answer on stdout: every family in prometheus_client's default registry
+    as /metrics names it (counters with _total), not the _created companions it adds."""
+    from prometheus_client import REGISTRY
+
+    print(json.dumps(sorted({m.name + ("_total" if m.type == "counter" else "")
+                             for m in REGISTRY.collect()})))
+
+
+def finish(out: Path, add_prometheus_middleware) -> dict:
+    """The /metrics answers and the manifest, once the processes have run."""
+    manifest = answer(out, add_prometheus_middleware)
+    manifest["families_defined"] = defined_families()
+    return manifest

@@ -37,10 +37,10 @@ from drivers.common import (
     TP,
     USED_TOKENS,
     WAITING,
-    answer,
-    defined_families,
+    finish,
     http_routes,
     model_dir,
+    print_defined,
     run_process,
 )
 
@@ -278,23 +278,17 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
     run_process(_json_bodies, flags, out)
     from sglang.srt.utils import add_prometheus_middleware
 
-    manifest = answer(out, add_prometheus_middleware)
-    manifest["families_defined"] = defined_families()
-    return manifest
+    return finish(out, add_prometheus_middleware)
 
 
 def define_all() -> None:
     """Every collector of the release, every feature on, in a plain registry (a fresh
     interpreter, no multiprocess directory): the families it defines, on stdout as JSON (a
     labelled family shows with no sample)."""
-    from prometheus_client import REGISTRY
     from sglang.srt.metrics.collector import SchedulerMetricsCollector, TokenizerMetricsCollector
     from sglang.srt.metrics.func_timer import enable_func_timer
 
     SchedulerMetricsCollector(labels={"model_name": MODEL, "engine_type": "unified"})
     TokenizerMetricsCollector(labels={"model_name": MODEL}, collect_tokens_histogram=True)
     enable_func_timer()
-    # A family as /metrics names it (counters with _total), not the _created companions a
-    # plain registry adds.
-    print(json.dumps(sorted({m.name + ("_total" if m.type == "counter" else "")
-                             for m in REGISTRY.collect()})))
+    print_defined()

@@ -18,11 +18,11 @@ from drivers.common import (
     USED_TOKENS,
     VARIANTS,
     WAITING,
-    answer,
     asgi_get,
-    defined_families,
+    finish,
     http_routes,
     model_dir,
+    print_defined,
     run_process,
 )
 
@@ -235,16 +235,13 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
     run_process(_json_bodies, flags, out)
     from sglang.srt.utils.common import add_prometheus_middleware
 
-    manifest = answer(out, add_prometheus_middleware)
-    manifest["families_defined"] = defined_families()
-    return manifest
+    return finish(out, add_prometheus_middleware)
 
 
 def define_all() -> None:
     """Every collector of the release, every feature on, in a plain registry (a fresh
     interpreter, no multiprocess directory): the families it defines, on stdout as JSON (a
     labelled family shows with no sample)."""
-    from prometheus_client import REGISTRY
     from sglang.srt import runtime_context as rc
     from sglang.srt.observability import metrics_collector as mc
     from sglang.srt.observability.cpu_monitor import start_cpu_monitor_thread
@@ -271,7 +268,4 @@ def define_all() -> None:
                 print(f"{name}: {err}", file=sys.stderr)
     init_http_request_metrics()
     start_cpu_monitor_thread("tokenizer", interval=3600)
-    # A family as /metrics names it (counters with _total), not the _created companions a
-    # plain registry adds.
-    print(json.dumps(sorted({m.name + ("_total" if m.type == "counter" else "")
-                             for m in REGISTRY.collect()})))
+    print_defined()

@@ -29,11 +29,11 @@ from drivers.common import (
     USED_TOKENS,
     VARIANTS,
     WAITING,
-    answer,
     asgi_get,
-    defined_families,
+    finish,
     http_routes,
     model_dir,
+    print_defined,
     run_process,
 )
 
@@ -335,9 +335,7 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
     run_process(_json_bodies, flags, out)
     from sglang.srt.utils import add_prometheus_middleware
 
-    manifest = answer(out, add_prometheus_middleware)
-    manifest["families_defined"] = defined_families()
-    return manifest
+    return finish(out, add_prometheus_middleware)
 
 
 def define_all() -> None:
@@ -345,7 +343,6 @@ def define_all() -> None:
     interpreter, no multiprocess directory): the families it defines, on stdout as JSON (a
     labelled family shows with no sample)."""
     sa = server_args({**VARIANTS["lora"], **VARIANTS["hicache"]})
-    from prometheus_client import REGISTRY
     from sglang.srt.metrics import collector as mc
     from sglang.srt.metrics.func_timer import enable_func_timer
 
@@ -357,8 +354,5 @@ def define_all() -> None:
     mc.StorageMetricsCollector(labels={"storage_backend": "file", "tp_rank": 0, "dp_rank": 0})
     mc.ExpertDispatchCollector(ep_size=2)
     enable_func_timer()
-    # A family as /metrics names it (counters with _total), not the _created companions a
-    # plain registry adds.
-    print(json.dumps(sorted({m.name + ("_total" if m.type == "counter" else "")
-                             for m in REGISTRY.collect()})))
+    print_defined()
 
