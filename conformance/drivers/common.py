@@ -182,3 +182,21 @@ def finish(out: Path, add_prometheus_middleware) -> dict:
     manifest = answer(out, add_prometheus_middleware)
     manifest["families_defined"] = defined_families()
     return manifest
+
+
+def http_traffic(add_middleware) -> None:
+    """The release's HTTP metrics middleware (`add_middleware`, installed as its server installs
+    it) over the routes clients call, and the requests of the traffic: one per finished
+    request, four health checks and a model listing."""
+    from fastapi import FastAPI
+    from starlette.responses import JSONResponse
+
+    app = FastAPI()
+    for route in ("/generate", "/v1/chat/completions", "/health", "/v1/models"):
+        app.add_api_route(route, lambda: JSONResponse({}), methods=["GET", "POST"])
+    add_middleware(app)
+    for i in range(len(FINISHED)):
+        asgi_get(app, "/v1/chat/completions" if i % 2 else "/generate", None, method="POST")
+    for _ in range(4):
+        asgi_get(app, "/health", None)
+    asgi_get(app, "/v1/models", None)

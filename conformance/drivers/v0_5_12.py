@@ -30,9 +30,9 @@ from drivers.common import (
     USED_TOKENS,
     VARIANTS,
     WAITING,
-    asgi_get,
     finish,
     http_routes,
+    http_traffic,
     model_dir,
     print_defined,
     run_process,
@@ -313,26 +313,10 @@ def _tokenizer(flags: dict, grammar: bool) -> None:
                 cached_tokens_details=[{"device": cached, "host": 0} if cached else None])
             tm.collect_metrics(state, out, 0)
     tm.metrics_collector.observe_one_aborted_request(tm.metrics_collector.labels)
-    _http_requests()
-    time.sleep(0.2)  # the CPU monitor's first readings
-
-
-def _http_requests() -> None:
-    """The HTTP middleware http_server installs with --enable-metrics, over the routes
-    clients call: the same requests as v0_5_23's."""
-    from fastapi import FastAPI
     from sglang.srt.utils.common import add_prometheus_track_response_middleware
-    from starlette.responses import JSONResponse
 
-    app = FastAPI()
-    for route in ("/generate", "/v1/chat/completions", "/health", "/v1/models"):
-        app.add_api_route(route, lambda: JSONResponse({}), methods=["GET", "POST"])
-    add_prometheus_track_response_middleware(app)
-    for i in range(len(FINISHED)):
-        asgi_get(app, "/v1/chat/completions" if i % 2 else "/generate", None, method="POST")
-    for _ in range(4):
-        asgi_get(app, "/health", None)
-    asgi_get(app, "/v1/models", None)
+    http_traffic(add_prometheus_track_response_middleware)
+    time.sleep(0.2)  # the CPU monitor's first readings
 
 
 def _detokenizer(flags: dict) -> None:

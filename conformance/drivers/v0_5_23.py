@@ -18,9 +18,9 @@ from drivers.common import (
     USED_TOKENS,
     VARIANTS,
     WAITING,
-    asgi_get,
     finish,
     http_routes,
+    http_traffic,
     model_dir,
     print_defined,
     run_process,
@@ -115,7 +115,6 @@ def _scheduler_rank(rank: int, flags: dict) -> None:
 
 def _tokenizer(flags: dict, grammar: bool) -> None:
     """The tokenizer process: the request metrics, HTTP metrics and startup times."""
-    from fastapi import FastAPI
     from sglang.srt import runtime_context as rc
     from sglang.srt.observability import metrics_collector as mc
     from sglang.srt.observability.cpu_monitor import start_cpu_monitor_thread
@@ -124,23 +123,13 @@ def _tokenizer(flags: dict, grammar: bool) -> None:
         add_http_request_metrics_middleware,
         init_http_request_metrics,
     )
-    from starlette.responses import JSONResponse
 
     sa = server_args(flags)
     rc.publish(sa, role="tokenizer")
     enable_func_timer()
     init_http_request_metrics()
     start_cpu_monitor_thread("tokenizer", interval=0.05)
-    # The HTTP middleware as the server installs it, over the routes clients call.
-    app = FastAPI()
-    for route in ("/generate", "/v1/chat/completions", "/health", "/v1/models"):
-        app.add_api_route(route, lambda: JSONResponse({}), methods=["GET", "POST"])
-    add_http_request_metrics_middleware(app)
-    for i in range(len(FINISHED)):
-        asgi_get(app, "/v1/chat/completions" if i % 2 else "/generate", None, method="POST")
-    for _ in range(4):
-        asgi_get(app, "/health", None)
-    asgi_get(app, "/v1/models", None)
+    http_traffic(add_http_request_metrics_middleware)
     c = mc.TokenizerMetricsCollector(server_args=sa, labels=mc.tokenizer_metric_labels())
     c.emit_startup_time({"load_weight": 21.4, "kv_cache_allocation": 2.2,
                          "scheduler_e2e": 61.0, "tokenizer_e2e": 3.1,
