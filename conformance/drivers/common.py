@@ -177,9 +177,19 @@ def print_defined() -> None:
                              for m in REGISTRY.collect()})))
 
 
-def finish(out: Path, add_prometheus_middleware) -> dict:
-    """The /metrics answers and the manifest, once the processes have run."""
-    manifest = answer(out, add_prometheus_middleware)
+def run_server(variant: str, flags: dict, out: Path, *, scheduler_rank, tokenizer,
+               json_bodies, middleware, detokenizer=None) -> dict:
+    """A release's server, process by process (each TP rank's scheduler, the tokenizer, the
+    detokenizer where the release monitors it, the JSON bodies), then its /metrics answers and
+    the manifest. `middleware()` imports the release's add_prometheus_middleware, after the
+    processes ran."""
+    for rank in range(TP):
+        run_process(scheduler_rank, rank, flags)
+    run_process(tokenizer, flags, variant == "grammar")
+    if detokenizer is not None:
+        run_process(detokenizer, flags)
+    run_process(json_bodies, flags, out)
+    manifest = answer(out, middleware())
     manifest["families_defined"] = defined_families()
     return manifest
 

@@ -30,12 +30,11 @@ from drivers.common import (
     USED_TOKENS,
     VARIANTS,
     WAITING,
-    finish,
     http_routes,
     http_traffic,
     model_dir,
     print_defined,
-    run_process,
+    run_server,
 )
 
 EVICTABLE_TOKENS = 20_000
@@ -371,14 +370,13 @@ def _json_bodies(flags: dict, out: Path) -> None:
 
 
 def drive(variant: str, flags: dict, out: Path) -> dict:
-    for rank in range(TP):
-        run_process(_scheduler_rank, rank, flags)
-    run_process(_tokenizer, flags, variant == "grammar")
-    run_process(_detokenizer, flags)
-    run_process(_json_bodies, flags, out)
-    from sglang.srt.utils.common import add_prometheus_middleware
+    def middleware():
+        from sglang.srt.utils.common import add_prometheus_middleware
 
-    return finish(out, add_prometheus_middleware)
+        return add_prometheus_middleware
+
+    return run_server(variant, flags, out, scheduler_rank=_scheduler_rank, tokenizer=_tokenizer,
+                      json_bodies=_json_bodies, middleware=middleware, detokenizer=_detokenizer)
 
 
 def define_all() -> None:

@@ -30,11 +30,10 @@ from drivers.common import (
     VARIANTS,
     WAITING,
     asgi_get,
-    finish,
     http_routes,
     model_dir,
     print_defined,
-    run_process,
+    run_server,
 )
 
 # The loaded server's cache and queues, beyond the shared traffic numbers.
@@ -329,13 +328,13 @@ def _json_bodies(flags: dict, out: Path) -> None:
 
 
 def drive(variant: str, flags: dict, out: Path) -> dict:
-    for rank in range(TP):
-        run_process(_scheduler_rank, rank, flags)
-    run_process(_tokenizer, flags, variant == "grammar")
-    run_process(_json_bodies, flags, out)
-    from sglang.srt.utils import add_prometheus_middleware
+    def middleware():
+        from sglang.srt.utils import add_prometheus_middleware
 
-    return finish(out, add_prometheus_middleware)
+        return add_prometheus_middleware
+
+    return run_server(variant, flags, out, scheduler_rank=_scheduler_rank, tokenizer=_tokenizer,
+                      json_bodies=_json_bodies, middleware=middleware)
 
 
 def define_all() -> None:
