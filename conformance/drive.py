@@ -28,6 +28,7 @@ import importlib
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -57,7 +58,8 @@ def main() -> int:
     parser.add_argument("--variant", required=True, choices=sorted(VARIANTS))
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="sglang-prom-")
+    multiproc = tempfile.mkdtemp(prefix="sglang-prom-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
     os.environ.setdefault("SGLANG_ROLE_NAMESPACES", "off")
     args.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -65,7 +67,10 @@ def main() -> int:
     except TypeError as err:  # a flag this release does not have
         print(f"not in {version}: {err}", file=sys.stderr)
         return 3
-    manifest = driver.drive(args.variant, VARIANTS[args.variant], args.out)
+    try:
+        manifest = driver.drive(args.variant, VARIANTS[args.variant], args.out)
+    finally:
+        shutil.rmtree(multiproc, ignore_errors=True)
     from importlib.metadata import version as installed
 
     manifest.update({"release": version, "variant": args.variant,

@@ -12,7 +12,10 @@ next and nothing else, and writes the result to conformance/goldens/<release>/<v
 - `pid` labels (the retract and pause gauges carry the scheduler's process id) become 4242,
   4243, ... in the order of the ranks that own them;
 - the CPU monitor's `process_cpu_seconds_total` samples (CPU time measured while driving) are
-  set to 1.5.
+  set to 1.5;
+- the scheduler log's timestamps (the local time the lines were written) become
+  2026-12-03 10:00:00, 10:00:01, ... in line order (the driver fixes the clocks the lines'
+  figures come from, and the request records' timestamps).
 
 CI never installs SGLang: the tests read the goldens.
 
@@ -33,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GOLDENS = HERE / "goldens"
-GENERATOR_VERSION = 1  # bump when drive.py or the normalisation changes what it writes
+GENERATOR_VERSION = 2  # bump when drive.py or the normalisation changes what it writes
 # Release -> the packages its observability modules import, beyond `sglang --no-deps` (found
 # by importing them until nothing is missing; torch is among them: the collectors import the
 # scheduler's enums, whose modules import torch). "overlay": packages pinned to the release's
@@ -131,11 +134,22 @@ def normalise_exposition(text: str) -> str:
     return "\n".join(out + tail) + "\n"
 
 
+_LOG_TIME = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+
+
+def normalise_log(text: str) -> str:
+    return "".join(_LOG_TIME.sub(f"[2026-12-03 10:00:{i:02d}", line, count=1)
+                   for i, line in enumerate(text.splitlines(keepends=True)))
+
+
 def normalise(folder: Path) -> None:
     for name in ("metrics.prom", "metrics.openmetrics.txt"):
         path = folder / name
         if path.exists():
             path.write_text(normalise_exposition(path.read_text()))
+    log = folder / "scheduler.log"
+    if log.exists():
+        log.write_text(normalise_log(log.read_text()))
 
 
 def generate(release: str, variants: list[str] | None) -> None:

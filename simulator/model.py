@@ -210,7 +210,6 @@ class Reported:
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO
     retracted_since_last: int = 0
     decode_sum_seq_lens: int = 0
-    avg_queue_latency: float = 0.0
 
 
 class Scheduler:
@@ -241,7 +240,6 @@ class Scheduler:
         self.retracted_since_report = 0
         self.busy_seconds = 0.0  # forward-pass time, for GPU utilisation
         self.prefills_in_a_row = 0
-        self.queue_latency = Histogram(())  # only sum/count used (0.4.x average gauge)
         self.queue_time = make_histogram("queue_time")
         self.per_stage = {s: make_histogram("per_stage") for s in (
             "request_process", "prefill_forward", "chunked_prefill")}
@@ -354,7 +352,6 @@ class Scheduler:
                 req.scheduled_at = self.now
                 req.cached_len = cached
                 self.queue_time.observe(self.now - req.arrival)
-                self.queue_latency.observe(self.now - req.arrival)
             newly_cached = max(cached - req.prefilled, 0)
             cache_left -= newly_cached
             req.prefilled = max(req.prefilled, cached)
@@ -514,8 +511,6 @@ class Scheduler:
         r.decode_sum_seq_lens = sum(req.kv_tokens for req in self.running)
         r.spec_accept_length = (self.cfg.spec_accept_length if self.cfg.speculative_algorithm
                                 else 0.0)
-        count = self.queue_latency.count
-        r.avg_queue_latency = self.queue_latency.sum / count if count else 0.0
         if idle:
             r.gen_throughput = 0.0
         self.retracted_since_report = 0

@@ -78,18 +78,20 @@ def record(req: Request, finished: float, start_ts: float, profile: Profile,
     rec: dict = {"request_parameters": request_parameters(req, rid), "id": rid,
                  "finish_reason": reason,
                  "prompt_tokens": req.input_len, "weight_version": "default"}
-    retractions = "num_retractions" if profile.at_least("0.5.23") else "total_retractions"
+    # 0.5.12 (conformance golden) and later name it num_retractions; 0.5.6-0.5.9 wrote
+    # total_retractions.
+    retractions = "num_retractions" if profile.at_least("0.5.12") else "total_retractions"
     rec[retractions] = req.retracted
     decode = max(done - first, 1e-9)
-    spec = {}
-    if cfg.speculative_algorithm:
-        steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
-        drafts = steps * 3
-        accepted = max(out - steps, 0)
-        spec = {"spec_accept_rate": accepted / drafts, "spec_accept_length": out / steps,
-                "spec_verify_ct": steps, "spec_accept_token_num": accepted,
-                "spec_draft_token_num": drafts}
     if family == "0.5.6":
+        spec = {}
+        if cfg.speculative_algorithm:
+            steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
+            drafts = steps * 3
+            accepted = max(out - steps, 0)
+            spec = {"spec_accept_rate": accepted / drafts, "spec_accept_length": out / steps,
+                    "spec_verify_ct": steps, "spec_accept_token_num": accepted,
+                    "spec_draft_token_num": drafts}
         rec |= {"queue_time": queue, "prefill_launch_delay": LAUNCH_SECONDS / 2,
                 "prefill_launch_latency": LAUNCH_SECONDS,
                 "completion_tokens": out, "cached_tokens": req.cached_len,
@@ -102,19 +104,32 @@ def record(req: Request, finished: float, start_ts: float, profile: Profile,
                 "inference_time": done - scheduled,
                 "decode_throughput": out / decode}
         return rec
+    # The keys and their order of conformance/goldens/<release>/*/request_records.log: the
+    # tokenizer's own fields, the scheduler's time stats, the counts, the speculative
+    # decoding figures, then the API server's time stats.
     rec |= {"forward_entry_time": scheduled, "prefill_finished_time": first,
-            "queue_time": queue, "prefill_waiting_latency": LAUNCH_SECONDS / 2,
-            "prefill_launch_latency": LAUNCH_SECONDS}
+            "queue_time": queue, "reasoning_tokens": 0, "completion_tokens": out,
+            "cached_tokens": req.cached_len, "e2e_latency": e2e}
+    if cfg.speculative_algorithm:
+        # Each verify step yields one token beyond the drafts it accepted; three drafts a step.
+        steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
+        proposed, correct = steps * 3, max(out - steps, 0)
+        rec |= {"spec_accept_rate": correct / proposed, "spec_accept_length": out / steps,
+                "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
+                "spec_verify_ct": steps}
+        if not profile.at_least("0.5.23"):
+            rec |= {"spec_accepted_drafts": correct, "spec_proposed_drafts": proposed}
+    rec["request_received_ts"] = received
+    # 0.5.23 takes a non-streaming request's first token from the scheduler's prefill time;
+    # 0.5.12 knows it only for a streaming request (its first output batch).
+    knows_first = profile.at_least("0.5.23") or req.streaming
     if profile.at_least("0.5.23"):
-        rec["reasoning_tokens"] = 0
-    rec |= {"completion_tokens": out, "cached_tokens": req.cached_len, "e2e_latency": e2e,
-            **spec,
-            "request_received_ts": received,
-            "api_server_dispatch_finish_ts": received + DISPATCH_SECONDS,
-            "response_sent_to_client_ts": done + RESPONSE_SECONDS,
-            "request_finished_ts": done,
-            "inference_time": done - scheduled,
-            "decode_throughput": out / decode}
+        rec["first_token_latency"] = first - received
+    rec |= {"api_server_dispatch_finish_ts": received + DISPATCH_SECONDS,
+            "request_finished_ts": done}
+    if knows_first and out > 1:
+        rec["decode_throughput"] = (out - 1) / decode
+    rec["response_sent_to_client_ts"] = done + RESPONSE_SECONDS
     return rec
 
 

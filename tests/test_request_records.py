@@ -257,7 +257,7 @@ def test_simulator_records_per_release_parse(release, family):
     assert r.max_new_tokens == 400
     assert r.request_id == rec["id"]
     assert len(r.request_id) == 32
-    assert ("num_retractions" in rec) == profile.at_least("0.5.23")
+    assert ("num_retractions" in rec) == profile.at_least("0.5.12")
 
 
 # -- the collector ---------------------------------------------------------------------------

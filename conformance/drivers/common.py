@@ -4,12 +4,18 @@ of asking an ASGI app and reading an exposition (stdlib only: it runs in SGLang'
 from __future__ import annotations
 
 import asyncio
+import importlib.abc
+import importlib.machinery
+import io
 import json
+import logging
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 MODEL = "Qwen/Qwen3-8B"
@@ -43,11 +49,51 @@ RUNNING, WAITING = 16, 3
 
 
 USED_TOKENS = 171_000
+EVICTABLE_TOKENS = 20_000  # of the used ones: cached prefixes no running request holds
 
 
 FINISHED = [  # (prompt, generation, cached, e2e s, ttft s, itl s)
     (1200 + 97 * i, 180 + 11 * i, 512 if i % 3 else 0, 2.5 + 0.11 * i, 0.21 + 0.01 * i,
      0.012 + 0.0004 * i) for i in range(40)]
+
+
+# What the stats rank logs (the decode line every `decode_log_interval` forwards): one prefill
+# batch of 3 new requests and one decode interval of the same server, LOG_GAP_S after the last
+# line of each kind (the throughput figures are tokens over that gap).
+LOG_GAP_S = 10.0
+PREFILL_NEW_SEQS, PREFILL_NEW_TOKENS, PREFILL_CACHED_TOKENS = 3, 9100, 1536
+DECODE_GENERATED_TOKENS = 14_800  # over LOG_GAP_S: 1480 token/s
+SPEC_FORWARDS, SPEC_ACCEPTED, SPEC_CORRECT_DRAFTS = 1000, 2700, 1710  # accept len 2.70
+PD_BOOTSTRAP, PD_INFLIGHT, PD_PREALLOC, PD_TRANSFER = 2, 3, 2, 1
+PD_PREALLOCATED_TOKENS = 20_600
+# The per-request records (--export-metrics-to-file): the first RECORDED requests of FINISHED,
+# on the variants whose request path is a unified server's (a PD prefill server hands each
+# request on after its first token; what its tokenizer records is not modelled here).
+RECORDED = 6
+RECORD_VARIANTS = ("default", "priority", "spec", "hicache", "lora", "grammar")
+PROMPT_MARKER = "CONFORMANCE-PROMPT-9c1e"  # in every prompt: no reader may let it through
+RECORD_EPOCH = 1_796_292_000.0  # 2026-12-03 10:00:00 UTC: wall time at perf_counter() == 0
+
+
+def request_id(i: int) -> str:
+    """A uuid4-hex-like request id (SGLang's default rid), the same on every run."""
+    import hashlib
+
+    return hashlib.sha256(f"conformance:{i}".encode()).hexdigest()[:32]
+
+
+def request_input(i: int, grammar: bool) -> dict:
+    """GenerateReqInput's arguments for request i of FINISHED."""
+    sampling = {"max_new_tokens": 1024, "temperature": 0.7, "top_p": 0.95}
+    if grammar and i % 5 == 0:
+        sampling["json_schema"] = '{"type": "object"}'
+    return {"text": f"{PROMPT_MARKER} request {i}", "sampling_params": sampling,
+            "rid": request_id(i), "stream": i % 4 != 0}
+
+
+# The rank prefix of TP rank 0 of a TP2 server (every release adds " TP<rank>" when tp_size > 1
+# and no DP/PP/EP tag at size 1).
+LOG_PREFIX = " TP0"
 
 
 STARTUP_TIME = {"load_weight": 21.4, "kv_cache_allocation": 2.2, "scheduler_e2e": 61.0,
@@ -70,6 +116,59 @@ def model_dir() -> str:
     path.mkdir(exist_ok=True)
     (path / "config.json").write_text(json.dumps(MODEL_CONFIG))
     return str(path)
+
+
+# -- the release's imports ------------------------------------------------------------------
+class _KernelMeta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return cls
+
+    def __call__(cls, *args, **kwargs):
+        return cls
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+
+class _Kernel(metaclass=_KernelMeta):
+    """Whatever a module takes from sgl_kernel at import time (a function, a class, a scalar
+    type): nothing here calls a kernel."""
+
+
+class _KernelModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Kernel
+
+
+class _KernelFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "sgl_kernel":
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _KernelModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def import_stand_ins() -> None:
+    """An import-only sgl_kernel (CUDA only), for the modules that import it at import time
+    (0.5.5's model config, 0.5.12's tokenizer manager): no kernel is ever called."""
+    try:
+        import sgl_kernel  # noqa: F401
+    except ImportError:
+        if not any(isinstance(f, _KernelFinder) for f in sys.meta_path):
+            sys.meta_path.insert(0, _KernelFinder())
 
 
 def families(text: str) -> list[str]:
@@ -177,18 +276,166 @@ def print_defined() -> None:
                              for m in REGISTRY.collect()})))
 
 
+def capture_log(configure_logger, server_args) -> io.StringIO:
+    """The release's own logging set-up (`configure_logger`, as its scheduler calls it with the
+    rank prefix), writing into the returned buffer instead of stderr."""
+    configure_logger(server_args, prefix=LOG_PREFIX)
+    stream = io.StringIO()
+    for handler in logging.getLogger().handlers:
+        handler.setStream(stream)
+    return stream
+
+
+def logs_prefill(server_args) -> bool:
+    """A PD decode server receives its KV cache: it logs no prefill batch."""
+    return server_args.disaggregation_mode != "decode"
+
+
+def logs_decode(server_args) -> bool:
+    """A PD prefill server hands each request on after its first token: no decode batch."""
+    return server_args.disaggregation_mode != "prefill"
+
+
+def _clock(now: float):
+    import time as real
+    from types import SimpleNamespace
+
+    return SimpleNamespace(perf_counter=lambda: now, time=real.time, monotonic=real.monotonic,
+                           sleep=real.sleep)
+
+
+def fixed_clock(module, now: float = 1000.0 + LOG_GAP_S):
+    """Make `module.time.perf_counter()` answer `now`, so the throughput a log line prints is
+    tokens / LOG_GAP_S (the tics are set to 1000.0) and not the speed of this machine."""
+    module.time = _clock(now)
+
+
+def stats_scheduler(server_args, disaggregation_mode, speculative_algorithm, pool_stats,
+                    **extra):
+    """(scheduler, running batch): the state the stats-reporting functions of 0.5.12+ read
+    (`report_prefill_stats` / `report_decode_stats`), for the numbers above. The release's
+    DisaggregationMode and SpeculativeAlgorithm classes and its PoolStats for the KV pool are
+    passed in; `extra` adds what only one release reads."""
+    from types import SimpleNamespace
+
+    sa = server_args
+    reqs = [SimpleNamespace(pending_bootstrap=False) for _ in range(RUNNING)]
+    batch = SimpleNamespace(forward_iter=None, reqs=reqs, dp_cooperation_info=None)
+    scheduler = SimpleNamespace(
+        server_args=sa, waiting_queue=[object()] * WAITING, forward_ct=1234, forward_ct_decode=0,
+        disaggregation_mode=disaggregation_mode(sa.disaggregation_mode or "null"),
+        disagg_prefill_bootstrap_queue=SimpleNamespace(queue=[object()] * PD_BOOTSTRAP),
+        disagg_prefill_inflight_queue=[object()] * PD_INFLIGHT,
+        disagg_decode_prealloc_queue=SimpleNamespace(
+            num_tokens_pre_allocated=PD_PREALLOCATED_TOKENS, queue=[object()] * PD_PREALLOC,
+            retracted_queue=[]),
+        disagg_decode_transfer_queue=SimpleNamespace(queue=[object()] * PD_TRANSFER),
+        max_total_num_tokens=MAX_TOTAL_TOKENS, running_batch=batch,
+        spec_algorithm=speculative_algorithm.from_string(sa.speculative_algorithm),
+        is_stats_logging_rank=True, current_scheduler_metrics_enabled=False,
+        last_prefill_stats_tic=1000.0, last_decode_stats_tic=1000.0,
+        _graph_backend_label="cuda graph", enable_mfu_metrics=False,
+        num_generated_tokens=DECODE_GENERATED_TOKENS, spec_num_accept_tokens=SPEC_ACCEPTED,
+        spec_num_forward_ct=SPEC_FORWARDS, spec_total_num_accept_tokens=0,
+        spec_total_num_forward_ct=0, scheduler_status_logger=None, stats=SimpleNamespace(),
+        get_pool_stats=lambda: pool_stats(
+            full_num_used=USED_TOKENS, full_token_usage=USED_TOKENS / MAX_TOTAL_TOKENS,
+            full_available_size=MAX_TOTAL_TOKENS - USED_TOKENS - EVICTABLE_TOKENS,
+            full_evictable_size=EVICTABLE_TOKENS),
+        _publish_kv_events=lambda: None, **extra)
+    return scheduler, batch
+
+
+def request_records(server_args, tm, rts, batch_output, request, grammar: bool, folder: str,
+                    out: Path) -> None:
+    """The records of `--export-metrics-to-file`, for the first RECORDED requests of FINISHED:
+    each request's output as the release's own TokenizerManager._handle_batch_output (module
+    `tm`) builds it from the scheduler's batch output (`batch_output`, with the release's
+    SchedulerReqTimeStats from `rts`), plus the response-sent time its _wait_one_response
+    adds, written by the release's FileRequestMetricsExporter into `folder` with the skip
+    names of its RequestLogger; the files' lines end up in out/request_records.log. The clocks
+    are fixed: perf_counter() runs from 1000.0, wall time is RECORD_EPOCH + perf_counter()."""
+    import asyncio
+    import dataclasses
+
+    sa = server_args
+    names = set(getattr(batch_output, "__struct_fields__", None) or  # msgspec (0.5.23)
+                (f.name for f in dataclasses.fields(batch_output)))
+    rts.global_diff_realtime_monotonic = RECORD_EPOCH
+    m = tm.TokenizerManager.__new__(tm.TokenizerManager)
+    m.__dict__.update(server_args=sa, enable_metrics=True, skip_tokenizer_init=True,
+                      incremental_streaming_output=False, dump_requests_folder=None,
+                      crash_dump_folder=None, enable_lora=False, rid_to_state={},
+                      config_value=lambda key: "default",
+                      collect_metrics=lambda *args: None)  # the Prometheus side: not recorded
+    m.init_request_logging_and_dumping()
+
+    async def one(i: int) -> None:
+        prompt, gen, cached, e2e, ttft, _itl = FINISHED[i]
+        start = 1000.0 + 10.0 * i
+        obj = request(**request_input(i, grammar))
+        api = rts.APIServerReqTimeStats()
+        api.set_created_time(start)
+        api.set_api_server_dispatch_finish_time(start + 0.002)
+        sched = rts.SchedulerReqTimeStats()
+        sched.set_wait_queue_entry_time(start + 0.003)
+        sched.set_forward_entry_time(start + 0.053 + 0.01 * i)
+        sched.set_prefill_finished_time(start + ttft)
+        state = tm.ReqState(out_list=[], finished=False, event=asyncio.Event(), obj=obj,
+                            time_stats=api)
+        m.rid_to_state[obj.rid] = state
+        # A streaming request's first token comes back in a batch of its own; a non-streaming
+        # one's output only when it finishes (the scheduler's stream_output).
+        batches = [(start + ttft, None, 1), (start + e2e, {"type": "stop", "matched": 151645},
+                                             gen)]
+        for now, finished, tokens in batches[0 if obj.stream else 1:]:
+            fields = dict.fromkeys(names)
+            fields.update(
+                rids=[obj.rid], finished_reasons=[finished], decoded_texts=[""],
+                decode_ids=[[]], read_offsets=[0], output_ids=[[]], skip_special_tokens=[True],
+                spaces_between_special_tokens=[True], no_stop_trim=[False],
+                prompt_tokens=[prompt], reasoning_tokens=[0], completion_tokens=[tokens],
+                cached_tokens=[cached], retraction_counts=[0], time_stats=[sched],
+                spec_verify_ct=[tokens // 3], spec_num_correct_drafts=[tokens // 3 * 17 // 10],
+                spec_num_cap_tokens=[0], spec_num_block_accept_tokens=[0])
+            fixed_clock(tm, now)
+            fixed_clock(rts, now)
+            await m._handle_batch_output(batch_output(**{
+                k: v for k, v in fields.items() if k in names}))
+        result = state.out_list[-1]
+        fixed_clock(rts, start + e2e + 0.001)
+        state.time_stats.set_response_sent_to_client_time()
+        result["meta_info"]["response_sent_to_client_ts"] = (
+            state.time_stats.get_response_sent_to_client_realtime())
+        await m.request_metrics_exporter_manager.write_record(obj, result)
+
+    async def traffic() -> None:
+        for i in range(RECORDED):
+            await one(i)
+
+    asyncio.run(traffic())
+    lines = [path.read_text() for path in sorted(Path(folder).iterdir())]
+    (out / "request_records.log").write_text("".join(lines))
+    shutil.rmtree(folder)
+
+
 def run_server(variant: str, flags: dict, out: Path, *, scheduler_rank, tokenizer,
-               json_bodies, middleware, detokenizer=None) -> dict:
+               json_bodies, middleware, detokenizer=None, log_lines=None,
+               request_records=None) -> dict:
     """A release's server, process by process (each TP rank's scheduler, the tokenizer, the
-    detokenizer where the release monitors it, the JSON bodies), then its /metrics answers and
-    the manifest. `middleware()` imports the release's add_prometheus_middleware, after the
-    processes ran."""
+    detokenizer where the release monitors it, the JSON bodies, the stats rank's log lines, the
+    request records where the release writes them), then its /metrics answers and the manifest.
+    `middleware()` imports the release's add_prometheus_middleware, after the processes ran."""
     for rank in range(TP):
         run_process(scheduler_rank, rank, flags)
     run_process(tokenizer, flags, variant == "grammar")
     if detokenizer is not None:
         run_process(detokenizer, flags)
     run_process(json_bodies, flags, out)
+    if log_lines is not None:
+        run_process(log_lines, flags, out)
+    if request_records is not None and variant in RECORD_VARIANTS:
+        run_process(request_records, flags, variant == "grammar", out)
     manifest = answer(out, middleware())
     manifest["families_defined"] = defined_families()
     return manifest

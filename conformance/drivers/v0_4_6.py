@@ -29,15 +29,28 @@ import json
 from pathlib import Path
 
 from drivers.common import (
+    DECODE_GENERATED_TOKENS,
     FINISHED,
+    LOG_GAP_S,
     MAX_TOTAL_TOKENS,
     MODEL,
     MODEL_CONFIG,
+    PD_BOOTSTRAP,
+    PD_INFLIGHT,
+    PD_PREALLOCATED_TOKENS,
+    PREFILL_CACHED_TOKENS,
+    PREFILL_NEW_SEQS,
+    PREFILL_NEW_TOKENS,
     RUNNING,
+    SPEC_ACCEPTED,
+    SPEC_FORWARDS,
     TP,
     USED_TOKENS,
     WAITING,
+    capture_log,
     http_routes,
+    logs_decode,
+    logs_prefill,
     model_dir,
     print_defined,
     run_server,
@@ -45,7 +58,7 @@ from drivers.common import (
 
 GEN_THROUGHPUT = 1480.0
 CACHE_HIT_RATE = 0.31
-SPEC_FORWARD_CT, SPEC_ACCEPTED = 33_000, 89_100  # accept length 2.7
+SPEC_TOTAL_FORWARD_CT, SPEC_TOTAL_ACCEPTED = 33_000, 89_100  # since start: accept length 2.7
 
 
 def server_args(flags: dict):
@@ -153,8 +166,54 @@ def _scheduler_rank(rank: int, flags: dict) -> None:
         stats.gen_throughput = GEN_THROUGHPUT
         stats.num_queue_reqs = WAITING
         stats.num_grammar_queue_reqs = 0
-        stats.spec_accept_length = SPEC_ACCEPTED / SPEC_FORWARD_CT if spec else 0
+        stats.spec_accept_length = SPEC_TOTAL_ACCEPTED / SPEC_TOTAL_FORWARD_CT if spec else 0
         collector.log_stats(stats)
+
+
+def _log_lines(flags: dict, out: Path) -> None:
+    """The stats rank's batch lines: `Scheduler.log_prefill_stats` / `log_decode_stats` from
+    the release's source, over the scheduler state they read, through its own logger set-up
+    (`configure_logger`, from its source as well: sglang.srt.utils imports no GPU code but
+    the function is plain)."""
+    import logging
+    from types import SimpleNamespace
+
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.utils import configure_logger
+
+    sa = server_args(flags)
+    stream = capture_log(configure_logger, sa)
+    namespace = {"time": SimpleNamespace(perf_counter=lambda: 1000.0 + LOG_GAP_S),
+                 "logger": logging.getLogger("sglang.srt.managers.scheduler"),
+                 "DisaggregationMode": DisaggregationMode, "RECORD_STEP_TIME": False}
+    log_prefill_stats = _release_def("srt/managers/scheduler.py", "Scheduler.log_prefill_stats",
+                                     namespace)
+    log_decode_stats = _release_def("srt/managers/scheduler.py", "Scheduler.log_decode_stats",
+                                    namespace)
+    free = MAX_TOTAL_TOKENS - USED_TOKENS - 20_000
+    spec = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
+    scheduler = SimpleNamespace(
+        server_args=sa, max_total_num_tokens=MAX_TOTAL_TOKENS, enable_metrics=False,
+        token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: free),
+        tree_cache=SimpleNamespace(evictable_size=lambda: 20_000),
+        waiting_queue=[object()] * WAITING, grammar_queue=[],
+        disaggregation_mode=DisaggregationMode(sa.disaggregation_mode),
+        disagg_prefill_bootstrap_queue=SimpleNamespace(queue=[object()] * PD_BOOTSTRAP),
+        disagg_prefill_inflight_queue=[object()] * PD_INFLIGHT,
+        num_tokens_pre_allocated=PD_PREALLOCATED_TOKENS,
+        running_batch=SimpleNamespace(reqs=[object()] * RUNNING), spec_algorithm=spec,
+        last_prefill_stats_tic=1000.0, last_decode_stats_tic=1000.0,
+        num_prefill_tokens=PREFILL_NEW_TOKENS, num_generated_tokens=DECODE_GENERATED_TOKENS,
+        spec_num_total_accepted_tokens=SPEC_ACCEPTED, spec_num_total_forward_ct=SPEC_FORWARDS,
+        cum_spec_accept_length=0, cum_spec_accept_count=0, _publish_kv_events=lambda: None)
+    if logs_prefill(sa):
+        adder = SimpleNamespace(log_input_tokens=PREFILL_NEW_TOKENS,
+                                log_hit_tokens=PREFILL_CACHED_TOKENS)
+        log_prefill_stats(scheduler, adder, [object()] * PREFILL_NEW_SEQS, RUNNING)
+    if logs_decode(sa):
+        log_decode_stats(scheduler, can_run_cuda_graph=True)
+    (out / "scheduler.log").write_text(stream.getvalue())
 
 
 def _tokenizer(flags: dict, grammar: bool) -> None:
@@ -239,8 +298,8 @@ def _json_bodies(flags: dict, out: Path) -> None:
     spec = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     scheduler = SimpleNamespace(
         last_gen_throughput=GEN_THROUGHPUT, spec_algorithm=spec,
-        cum_spec_accept_length=0 if spec.is_none() else SPEC_ACCEPTED,
-        cum_spec_accept_count=0 if spec.is_none() else SPEC_FORWARD_CT,
+        cum_spec_accept_length=0 if spec.is_none() else SPEC_TOTAL_ACCEPTED,
+        cum_spec_accept_count=0 if spec.is_none() else SPEC_TOTAL_FORWARD_CT,
         step_time_dict=defaultdict(list), max_total_num_tokens=MAX_TOTAL_TOKENS,
         max_running_requests=worker.max_running_requests,
         max_req_input_len=worker.max_req_input_len)
@@ -277,7 +336,8 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
         return add_prometheus_middleware
 
     return run_server(variant, flags, out, scheduler_rank=_scheduler_rank, tokenizer=_tokenizer,
-                      json_bodies=_json_bodies, middleware=middleware)
+                      json_bodies=_json_bodies, middleware=middleware,
+                      log_lines=_log_lines)
 
 
 def define_all() -> None:

@@ -25,16 +25,26 @@ from drivers.common import (
     FINISHED,
     MAX_TOTAL_TOKENS,
     MODEL,
+    PREFILL_CACHED_TOKENS,
+    PREFILL_NEW_SEQS,
+    PREFILL_NEW_TOKENS,
     RUNNING,
     TP,
     USED_TOKENS,
     VARIANTS,
     WAITING,
+    capture_log,
+    fixed_clock,
     http_routes,
     http_traffic,
+    import_stand_ins,
+    logs_decode,
+    logs_prefill,
     model_dir,
     print_defined,
+    request_records,
     run_server,
+    stats_scheduler,
 )
 
 EVICTABLE_TOKENS = 20_000
@@ -318,6 +328,49 @@ def _tokenizer(flags: dict, grammar: bool) -> None:
     time.sleep(0.2)  # the CPU monitor's first readings
 
 
+def _log_lines(flags: dict, out: Path) -> None:
+    """The stats rank's prefill and decode lines, from the scheduler's own
+    report_prefill_stats / report_decode_stats (SchedulerMetricsMixin) over the state they
+    read."""
+
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.scheduler_runtime_checker_mixin import PoolStats
+    from sglang.srt.observability import scheduler_metrics_mixin as mixin
+    from sglang.srt.observability.metrics_collector import QueueCount
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.utils.common import configure_logger
+
+    sa = server_args(flags)
+    stream = capture_log(configure_logger, sa)
+    fixed_clock(mixin)
+    scheduler, batch = stats_scheduler(sa, DisaggregationMode, SpeculativeAlgorithm, PoolStats)
+    cls = mixin.SchedulerMetricsMixin
+    if logs_prefill(sa):
+        cls.report_prefill_stats(scheduler, batch, mixin.PrefillStats(
+            log_input_tokens=PREFILL_NEW_TOKENS, log_hit_tokens=PREFILL_CACHED_TOKENS,
+            new_token_ratio=0.42, num_running_reqs=QueueCount(RUNNING),
+            num_new_seqs=PREFILL_NEW_SEQS), can_run_cuda_graph=False)
+    if logs_decode(sa):
+        cls.report_decode_stats(scheduler, can_run_cuda_graph=True, running_batch=batch)
+    (out / "scheduler.log").write_text(stream.getvalue())
+
+
+def _request_records(flags: dict, grammar: bool, out: Path) -> None:
+    """The records of `--export-metrics-to-file` (common.request_records). The tokenizer
+    manager's module imports sgl_kernel: import_stand_ins."""
+    import tempfile
+
+    import_stand_ins()
+    from sglang.srt.managers import tokenizer_manager as tm
+    from sglang.srt.managers.io_struct import BatchTokenIDOutput, GenerateReqInput
+    from sglang.srt.observability import req_time_stats as rts
+
+    folder = tempfile.mkdtemp(prefix="sglang-records-")
+    sa = server_args({**flags, "export_metrics_to_file": True,
+                      "export_metrics_to_file_dir": folder})
+    request_records(sa, tm, rts, BatchTokenIDOutput, GenerateReqInput, grammar, folder, out)
+
+
 def _detokenizer(flags: dict) -> None:
     from sglang.srt.observability.cpu_monitor import start_cpu_monitor_thread
 
@@ -376,7 +429,8 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
         return add_prometheus_middleware
 
     return run_server(variant, flags, out, scheduler_rank=_scheduler_rank, tokenizer=_tokenizer,
-                      json_bodies=_json_bodies, middleware=middleware, detokenizer=_detokenizer)
+                      json_bodies=_json_bodies, middleware=middleware, detokenizer=_detokenizer,
+                      log_lines=_log_lines, request_records=_request_records)
 
 
 def define_all() -> None:

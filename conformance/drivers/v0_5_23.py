@@ -12,17 +12,27 @@ from drivers.common import (
     FINISHED,
     MAX_TOTAL_TOKENS,
     MODEL,
+    PREFILL_CACHED_TOKENS,
+    PREFILL_NEW_SEQS,
+    PREFILL_NEW_TOKENS,
     RUNNING,
+    SPEC_CORRECT_DRAFTS,
     STARTUP_TIME,
     TP,
     USED_TOKENS,
     VARIANTS,
     WAITING,
+    capture_log,
+    fixed_clock,
     http_routes,
     http_traffic,
+    logs_decode,
+    logs_prefill,
     model_dir,
     print_defined,
+    request_records,
     run_server,
+    stats_scheduler,
 )
 
 
@@ -208,6 +218,62 @@ def _json_bodies(flags: dict, out: Path) -> None:
     (out / "routes.json").write_text(json.dumps(http_routes(), indent=1) + "\n")
 
 
+def _log_lines(flags: dict, out: Path) -> None:
+    """The stats rank's prefill and decode lines, from SchedulerMetricsReporter's own
+    report_prefill_stats / report_decode_stats over the scheduler state they read."""
+    from types import SimpleNamespace
+
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.scheduler_components import metrics_reporter as mr
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
+    from sglang.srt.observability.metrics_collector import QueueCount
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.utils.common import configure_logger
+
+    sa = server_args(flags)
+    rc.publish(sa, role="scheduler", ranks=rc.SpawnRanks(world_rank=0, gpu_id=0))
+    stream = capture_log(configure_logger, sa)
+    fixed_clock(mr)
+    scheduler, batch = stats_scheduler(
+        sa, DisaggregationMode, SpeculativeAlgorithm, PoolStats, draft_worker=None,
+        enable_priority_scheduling=bool(sa.enable_priority_scheduling),
+        kv_events_publisher=SimpleNamespace(publish_kv_events=lambda: None))
+    scheduler.pool_stats_observer = SimpleNamespace(get_pool_stats=scheduler.get_pool_stats)
+    # The reporter holds the scheduler and its own counters (the same names as the scheduler
+    # held them in 0.5.12).
+    r = mr.SchedulerMetricsReporter.__new__(mr.SchedulerMetricsReporter)
+    r.__dict__.update(
+        vars(scheduler), scheduler=scheduler, decode_log_interval=sa.decode_log_interval,
+        spec_num_correct_drafts=SPEC_CORRECT_DRAFTS, spec_num_cap_tokens=0,
+        spec_num_block_accept_tokens=0,
+        _update_decode_queue_stats=lambda priority_enabled: None)
+    if logs_prefill(sa):
+        r.report_prefill_stats(batch, mr.PrefillStats(
+            log_input_tokens=PREFILL_NEW_TOKENS, log_hit_tokens=PREFILL_CACHED_TOKENS,
+            new_token_ratio=0.42, num_running_reqs=QueueCount(RUNNING),
+            num_new_seqs=PREFILL_NEW_SEQS), can_run_cuda_graph=False)
+    if logs_decode(sa):
+        r.report_decode_stats(can_run_cuda_graph=True, running_batch=batch)
+    (out / "scheduler.log").write_text(stream.getvalue())
+
+
+def _request_records(flags: dict, grammar: bool, out: Path) -> None:
+    """The records of `--export-metrics-to-file` (common.request_records)."""
+    import tempfile
+
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.managers import tokenizer_manager as tm
+    from sglang.srt.managers.io_struct import BatchTokenIDOutput, GenerateReqInput
+    from sglang.srt.observability import req_time_stats as rts
+
+    folder = tempfile.mkdtemp(prefix="sglang-records-")
+    sa = server_args({**flags, "export_metrics_to_file": True,
+                      "export_metrics_to_file_dir": folder})
+    rc.publish(sa, role="tokenizer")
+    request_records(sa, tm, rts, BatchTokenIDOutput, GenerateReqInput, grammar, folder, out)
+
+
 def _detokenizer(flags: dict) -> None:
     from sglang.srt.observability.cpu_monitor import start_cpu_monitor_thread
 
@@ -222,7 +288,8 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
         return add_prometheus_middleware
 
     return run_server(variant, flags, out, scheduler_rank=_scheduler_rank, tokenizer=_tokenizer,
-                      json_bodies=_json_bodies, middleware=middleware, detokenizer=_detokenizer)
+                      json_bodies=_json_bodies, middleware=middleware, detokenizer=_detokenizer,
+                      log_lines=_log_lines, request_records=_request_records)
 
 
 def define_all() -> None:

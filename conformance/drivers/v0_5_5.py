@@ -12,11 +12,7 @@ form routes: a pure-Python package, put on the path beside the release)."""
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import json
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,7 +26,9 @@ from drivers.common import (
     VARIANTS,
     WAITING,
     asgi_get,
+    capture_log,
     http_routes,
+    import_stand_ins,
     model_dir,
     print_defined,
     run_server,
@@ -48,58 +46,6 @@ GENERATED_TOKENS = 59_200
 SPEC_FORWARD_CT, SPEC_ACCEPTED = 1000, 2700  # accept length 2.7 (EAGLE, 3 steps)
 
 
-# -- the release's imports ------------------------------------------------------------------
-class _KernelMeta(type):
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return cls
-
-    def __call__(cls, *args, **kwargs):
-        return cls
-
-    def __or__(cls, other):
-        return cls
-
-    __ror__ = __or__
-
-
-class _Kernel(metaclass=_KernelMeta):
-    """Whatever a module takes from sgl_kernel at import time (a function, a class, a scalar
-    type): nothing here calls a kernel."""
-
-
-class _KernelModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Kernel
-
-
-class _KernelFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "sgl_kernel":
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _KernelModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
-def _import_stand_ins() -> None:
-    """sgl_kernel (CUDA only) for the layers ServerArgs' model config imports."""
-    try:
-        import sgl_kernel  # noqa: F401
-    except ImportError:
-        if not any(isinstance(f, _KernelFinder) for f in sys.meta_path):
-            sys.meta_path.insert(0, _KernelFinder())
-
-
 class _Clock:
     """A module's `time`, stepped by the driver."""
 
@@ -113,7 +59,7 @@ class _Clock:
 
 
 def server_args(flags: dict):
-    _import_stand_ins()
+    import_stand_ins()
     from sglang.srt.server_args import ServerArgs
 
     return ServerArgs(model_path=model_dir(), served_model_name=MODEL, tp_size=TP,
@@ -215,9 +161,17 @@ def _scheduler_rank(rank: int, flags: dict) -> None:
     if mode != DisaggregationMode.NULL:
         c.increment_bootstrap_failed_reqs()
         c.increment_transfer_failed_reqs()
-    if not s.current_scheduler_metrics_enabled():
-        return
-    # A decode log (not on a prefill server), then a prefill log (not on a decode server).
+    if s.current_scheduler_metrics_enabled():
+        _stats_logs(s, clock)
+
+
+def _stats_logs(s, clock) -> None:
+    """A decode log (not on a prefill server), then a prefill log (not on a decode server):
+    the scheduler's own log_decode_stats / log_prefill_stats, which log the batch line and
+    (with metrics on) fill the collector."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+
+    mode = s.disaggregation_mode
     if mode != DisaggregationMode.PREFILL:
         s.num_generated_tokens = GENERATED_TOKENS
         if not s.spec_algorithm.is_none():
@@ -231,6 +185,26 @@ def _scheduler_rank(rank: int, flags: dict) -> None:
         clock.now = DECODE_LOG_SECONDS + 1.0
         adder = SimpleNamespace(log_input_tokens=6_900, log_hit_tokens=3_100)
         s.log_prefill_stats(adder, [_req(n) for n in (2300, 2300, 2300)], RUNNING, 0)
+
+
+def _log_lines(flags: dict, out: Path) -> None:
+    """The stats rank's batch lines, through the release's own logger set-up (the same calls
+    as rank 0 of _scheduler_rank, metrics off)."""
+    from sglang.srt.managers import scheduler  # noqa: F401  (before its mixins: their cycle)
+    from sglang.srt.managers import scheduler_metrics_mixin as mixin
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+    from sglang.srt.utils import configure_logger
+
+    sa = server_args(flags)
+    set_global_server_args_for_scheduler(sa)
+    stream = capture_log(configure_logger, sa)
+    clock = _Clock()
+    mixin.time = clock
+    s = _scheduler(sa, 0)
+    s.enable_metrics = False  # init_metrics then creates no collector
+    s.init_metrics(s.tp_rank, s.pp_rank, s.dp_rank)
+    _stats_logs(s, clock)
+    (out / "scheduler.log").write_text(stream.getvalue())
 
 
 # -- the tokenizer --------------------------------------------------------------------------
@@ -334,7 +308,8 @@ def drive(variant: str, flags: dict, out: Path) -> dict:
         return add_prometheus_middleware
 
     return run_server(variant, flags, out, scheduler_rank=_scheduler_rank, tokenizer=_tokenizer,
-                      json_bodies=_json_bodies, middleware=middleware)
+                      json_bodies=_json_bodies, middleware=middleware,
+                      log_lines=_log_lines)
 
 
 def define_all() -> None:

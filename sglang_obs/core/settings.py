@@ -82,10 +82,6 @@ class Settings:
         return self.root / VMALERT_RULES_DIR
 
     @property
-    def fleet_dir(self) -> Path:
-        return self.root / FLEET_DIR
-
-    @property
     def dashboards_dir(self) -> Path:
         return self.root / DASHBOARDS_DIR
 
