@@ -88,10 +88,18 @@ def dashlib(s: Settings, folder: Path | None = None):
 
 
 def dashboards(s: Settings, folder: Path | None = None) -> tuple[Files, Owned]:
+    """The dashboards' JSON, each panel saying on which supported SGLang releases it has no
+    data (compatibility.annotate_dashboard, from the conformance goldens of a checkout)."""
+    from sglang_obs.render import compatibility as c
+
     lib = dashlib(s, folder)
     folder = Path(lib.__file__).parent
-    return ({lib.json_path(source): lib.render(source) for source in lib.sources(folder)},
-            [(folder, "*.json")])
+    files = {lib.json_path(source): lib.render(source) for source in lib.sources(folder)}
+    goldens = conformance_goldens(s)
+    if goldens:
+        rules = [p.read_text() for p in sorted(s.rules_dir.glob("*.yml"))]
+        files = {path: c.annotate_dashboard(text, goldens, rules) for path, text in files.items()}
+    return files, [(folder, "*.json")]
 
 
 def kubernetes(s: Settings, out: Path | None = None) -> tuple[Files, Owned]:
@@ -131,14 +139,15 @@ def fleet_timing(s: Settings) -> tuple[Files, Owned]:
     return {doc: f.render(doc.read_text(), s)}, []
 
 
-def compatibility(s: Settings) -> tuple[Files, Owned]:
-    """docs/compatibility.md from the conformance goldens, the rules and the dashboards."""
+def conformance_goldens(s: Settings) -> dict:
+    """(release, variant) -> compatibility.Golden, from conformance/goldens/*/*/manifest.json
+    of the checkout ({} outside one)."""
     import json
 
     from sglang_obs.render import compatibility as c
 
     if s.checkout is None:
-        return {}, []
+        return {}
     goldens = {}
     for manifest in sorted((s.checkout / "conformance" / "goldens").glob("*/*/manifest.json")):
         m = json.loads(manifest.read_text())
@@ -147,6 +156,17 @@ def compatibility(s: Settings) -> tuple[Files, Owned]:
             m["release"], m["variant"], m["flags"], frozenset(m["families_exposed"]),
             frozenset(m["families_defined"]), m["prometheus_client"],
             om.read_text().strip() if om.exists() else "")
+    return goldens
+
+
+def compatibility(s: Settings) -> tuple[Files, Owned]:
+    """docs/compatibility.md from the conformance goldens, the rules and the dashboards."""
+
+    from sglang_obs.render import compatibility as c
+
+    goldens = conformance_goldens(s)
+    if not goldens:
+        return {}, []
     rules = [p.read_text() for p in sorted(s.rules_dir.glob("*.yml"))]
     dashboards = {p.stem: p.read_text() for p in sorted(s.dashboards_dir.glob("*.json"))}
     return {s.docs_dir / "compatibility.md": c.markdown(goldens, rules, dashboards)}, []

@@ -173,6 +173,73 @@ def dashboard_targets(dashboard_texts: Mapping[str, str]) -> list[tuple[str, str
     return out
 
 
+def _releases_text(releases: list[str]) -> str:
+    return ", ".join(releases[:-1]) + " and " + releases[-1] if len(releases) > 1 else releases[0]
+
+
+def panel_note(exprs: Iterable[str], goldens: Mapping[tuple[str, str], Golden],
+               records: Mapping[str, str], known: set[str]) -> str:
+    """What a panel says about the supported releases where a default-flags server leaves
+    (some of) its queries without data: "" when every release gives all of them data."""
+    releases = sorted({r for r, _ in goldens}, key=_version)
+    exprs = list(exprs)
+    absent: dict[str, set[str]] = {}  # release -> missing families
+    empty: dict[str, int] = {}  # release -> queries without data
+    gated: dict[str, set[str]] = {}  # flag text -> releases
+    for release in releases:
+        for expr in exprs:
+            lacking = missing(expr, goldens[(release, "default")].exposed, records, known)
+            if lacking is None:
+                continue
+            empty[release] = empty.get(release, 0) + 1
+            flag = next((flag_text(g.flags) or f"{v} traffic" for (r, v), g in
+                         sorted(goldens.items()) if r == release and v != "default"
+                         and missing(expr, g.exposed, records, known) is None), None)
+            if flag is None:
+                absent.setdefault(release, set()).update(lacking)
+            else:
+                gated.setdefault(flag, set()).add(release)
+    notes = []
+    groups: dict[tuple[bool, tuple[str, ...]], list[str]] = {}
+    for release, names in absent.items():
+        whole = empty[release] == len(exprs)
+        groups.setdefault((whole, tuple(sorted(names))), []).append(release)
+    for (whole, names), rels in sorted(groups.items(), key=lambda kv: _version(kv[1][0])):
+        shown = ", ".join(f"`{n.removeprefix('sglang:')}`" for n in names)
+        what = "No data" if whole else "Some series have no data"
+        notes.append(f"{what} from SGLang {_releases_text(rels)}: "
+                     f"{'it does' if len(rels) == 1 else 'they do'} not expose {shown}.")
+    for flag, rels in sorted(gated.items()):
+        ordered = sorted(rels, key=_version)
+        notes.append(f"Needs `{flag}` (SGLang {_releases_text(ordered)})."
+                     if not flag.endswith("traffic") else
+                     f"Shows data only with {flag} (SGLang {_releases_text(ordered)}).")
+    return " ".join(notes)
+
+
+def annotate_dashboard(text: str, goldens: Mapping[tuple[str, str], Golden],
+                       rule_texts: Iterable[str]) -> str:
+    """The dashboard JSON `text` with each panel's release note (panel_note) after its
+    description, so that a panel that stays empty on a supported release says why. Serialised
+    as grafanalib writes dashboards (sorted keys, indent 2, trailing newline)."""
+    rule_texts = list(rule_texts)
+    records = recording_rules(rule_texts)
+    known = set().union(*(g.defined for g in goldens.values()))
+    doc = json.loads(text)
+    stack = list(doc.get("panels", []))
+    while stack:
+        panel = stack.pop(0)
+        stack[:0] = panel.get("panels", [])
+        exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
+        if not exprs:
+            continue
+        note = panel_note(exprs, goldens, records, known)
+        if note:
+            description = panel.get("description", "").rstrip()
+            panel["description"] = f"{description} {note}" if description else note
+    return json.dumps(doc, sort_keys=True, indent=2) + "\n"
+
+
 def markdown(goldens: Mapping[tuple[str, str], Golden], rule_texts: Iterable[str],
              dashboard_texts: Mapping[str, str]) -> str:
     rule_texts = list(rule_texts)
