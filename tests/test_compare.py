@@ -312,6 +312,25 @@ def test_clear_errors_for_unknown_servers_empty_windows_and_unequal_pairs(served
         assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+@pytest.mark.slow
+def test_windows_with_sub_millisecond_times_read_the_same_minutes(served, tmp_path):
+    """A window at 1796222970.1234 (what `snapshot --from "30m ago"` writes into a pack, and
+    what "3m ago" resolves to) reads the same minutes as the whole-second one: Prometheus
+    answers its timestamps at the millisecond, and compare looked them up unrounded."""
+    url, w = served
+    incident, tuned = w["long-context-incident"], w["long-context-incident-tuned"]
+    shift = [str(float(t) + 0.0004) for t in incident], [str(float(t) + 0.0004) for t in tuned]
+    whole = _compare(url, incident, tuned, out=tmp_path / "whole")
+    fine = _compare(url, *shift, out=tmp_path / "fine")
+    assert fine.returncode == whole.returncode == 0, fine.stderr
+    got = json.loads((tmp_path / "fine/compare.json").read_text())
+    want = json.loads((tmp_path / "whole/compare.json").read_text())
+    assert got["verdict"]["comparable"] is True
+    for key in ("request_rate", "ttft_p95_seconds", "queued_share"):
+        assert got["metrics"][key]["before"] == want["metrics"][key]["before"], key
+        assert got["metrics"][key]["after"] is not None, key
+
+
 def _snapshot(url, pair, out):
     result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", pair[0], "--to",
                              pair[1], "--out", str(out)], capture_output=True, text=True,

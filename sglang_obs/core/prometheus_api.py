@@ -87,14 +87,15 @@ class Prometheus:
                     progress: Callable[[float], None] | None = None
                     ) -> dict[tuple, dict[float, float]]:
         """{label tuple: {timestamp: value}} without NaN samples, in chunks under the points
-        limit."""
+        limit. Timestamps are rounded to the millisecond Prometheus resolves them to, so that
+        a caller's own `round(t, 3)` finds them."""
         out: dict[tuple, dict[float, float]] = {}
         for series in self.range_series(expr, start, end, step, progress):
             points = out.setdefault(tuple(sorted(series["metric"].items())), {})
             for ts, value in series["values"]:
                 v = float(value)
                 if not math.isnan(v):
-                    points[float(ts)] = v
+                    points[round(float(ts), 3)] = v
         return out
 
     def retention_seconds(self) -> float | None:

@@ -610,8 +610,10 @@ def pick_server(prom: Prometheus, w: Window, instance: str | None, flag: str,
 
 
 def _minute_grid(w: Window) -> list[float]:
+    """The window's minute ends, at the millisecond Prometheus answers its timestamps in
+    (query_range rounds them the same way): a start of 1796222970.1234 still meets its data."""
     n = int((w.end - w.start) // MINUTE)
-    return [w.start + MINUTE * (k + 1) for k in range(n)]
+    return [round(w.start + MINUTE * (k + 1), 3) for k in range(n)]
 
 
 def _by_minute(prom: Prometheus, expr: str, w: Window) -> dict[tuple, dict[float, float]]:
