@@ -173,8 +173,7 @@ def _scheduler_rank(rank: int, flags: dict) -> None:
 def _log_lines(flags: dict, out: Path) -> None:
     """The stats rank's batch lines: `Scheduler.log_prefill_stats` / `log_decode_stats` from
     the release's source, over the scheduler state they read, through its own logger set-up
-    (`configure_logger`, from its source as well: sglang.srt.utils imports no GPU code but
-    the function is plain)."""
+    (`configure_logger`: sglang.srt.utils imports without a GPU)."""
     import logging
     from types import SimpleNamespace
 
