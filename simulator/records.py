@@ -83,15 +83,16 @@ def record(req: Request, finished: float, start_ts: float, profile: Profile,
     retractions = "num_retractions" if profile.at_least("0.5.12") else "total_retractions"
     rec[retractions] = req.retracted
     decode = max(done - first, 1e-9)
+    # Speculative decoding: each verify step yields one token beyond the drafts it accepted;
+    # three drafts a step.
+    steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
+    proposed, correct = steps * 3, max(out - steps, 0)
     if family == "0.5.6":
         spec = {}
         if cfg.speculative_algorithm:
-            steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
-            drafts = steps * 3
-            accepted = max(out - steps, 0)
-            spec = {"spec_accept_rate": accepted / drafts, "spec_accept_length": out / steps,
-                    "spec_verify_ct": steps, "spec_accept_token_num": accepted,
-                    "spec_draft_token_num": drafts}
+            spec = {"spec_accept_rate": correct / proposed, "spec_accept_length": out / steps,
+                    "spec_verify_ct": steps, "spec_accept_token_num": correct,
+                    "spec_draft_token_num": proposed}
         rec |= {"queue_time": queue, "prefill_launch_delay": LAUNCH_SECONDS / 2,
                 "prefill_launch_latency": LAUNCH_SECONDS,
                 "completion_tokens": out, "cached_tokens": req.cached_len,
@@ -111,9 +112,6 @@ def record(req: Request, finished: float, start_ts: float, profile: Profile,
             "queue_time": queue, "reasoning_tokens": 0, "completion_tokens": out,
             "cached_tokens": req.cached_len, "e2e_latency": e2e}
     if cfg.speculative_algorithm:
-        # Each verify step yields one token beyond the drafts it accepted; three drafts a step.
-        steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
-        proposed, correct = steps * 3, max(out - steps, 0)
         rec |= {"spec_accept_rate": correct / proposed, "spec_accept_length": out / steps,
                 "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
                 "spec_verify_ct": steps}

@@ -176,10 +176,7 @@ def test_every_panel_without_data_on_a_supported_release_says_so():
     known = set().union(*(g.defined for g in goldens.values()))
     checked = 0
     for path in sorted(s.dashboards_dir.glob("*.json")):
-        stack = list(json.loads(path.read_text())["panels"])
-        while stack:
-            panel = stack.pop(0)
-            stack[:0] = panel.get("panels", [])
+        for panel in c.panels(json.loads(path.read_text())):
             for target in panel.get("targets", []):
                 for release in RELEASES:
                     lacking = c.missing(target.get("expr", ""), goldens[(release, "default")]

@@ -158,15 +158,22 @@ def cell(expr: str, release: str, goldens: Mapping[tuple[str, str], Golden],
     return f"absent: {shown}" + (f" +{len(lacking) - 3}" if len(lacking) > 3 else "")
 
 
+def panels(doc: dict) -> list[dict]:
+    """Every panel of a dashboard document, those inside rows included, in order (the dicts
+    themselves: a caller may change them)."""
+    out, stack = [], list(doc.get("panels", []))
+    while stack:
+        panel = stack.pop(0)
+        stack[:0] = panel.get("panels", [])
+        out.append(panel)
+    return out
+
+
 def dashboard_targets(dashboard_texts: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(dashboard, panel title, expr) of every panel target."""
     out = []
     for name, text in sorted(dashboard_texts.items()):
-        doc = json.loads(text)
-        stack = list(doc.get("panels", []))
-        while stack:
-            panel = stack.pop(0)
-            stack[:0] = panel.get("panels", [])
+        for panel in panels(json.loads(text)):
             for target in panel.get("targets", []):
                 if target.get("expr"):
                     out.append((name, panel.get("title", ""), target["expr"]))
@@ -226,10 +233,7 @@ def annotate_dashboard(text: str, goldens: Mapping[tuple[str, str], Golden],
     records = recording_rules(rule_texts)
     known = set().union(*(g.defined for g in goldens.values()))
     doc = json.loads(text)
-    stack = list(doc.get("panels", []))
-    while stack:
-        panel = stack.pop(0)
-        stack[:0] = panel.get("panels", [])
+    for panel in panels(doc):
         exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
         if not exprs:
             continue
