@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.events import DecodeBatch, PrefillBatch, Retraction
 from sglang_obs.simulator.logs import format_event
 from sglang_obs.simulator.simulation import Simulation
-from sglang_obs.tools.analyze_log import CSV_COLUMNS
+from sglang_obs.tools.analyze_log import CSV_COLUMNS, analyze
 
 from conftest import ROOT
 
@@ -45,9 +46,7 @@ def generated(tmp_path_factory):
                "cached_fraction": {"uniform": [0.0, 0.3]},
                "output_tokens": {"normal": [4000, 800]}} for at in (1800, 5400, 9000)),
         ]})
-    events = []
-    sim = Simulation(sc, start_ts=START, on_event=events.append)
-    sim.advance(sc.duration)
+    events, prompts = simulate(sc)
     lines = [format_event(e, "0.5.12", tp_size=4) for e in events]
     out = tmp_path_factory.mktemp("logs")
     half = len(lines) // 2
@@ -55,7 +54,19 @@ def generated(tmp_path_factory):
         f.write("\n".join(lines[:half]) + "\n")
     (out / "sglang.log").write_text("\n".join(lines[half:]) + "\n"
                                     "Traceback (most recent call last): not a scheduler line\n")
-    return out, events
+    return out, events, prompts
+
+
+def simulate(sc):
+    """The scenario's events and the prompt lengths of every request it admitted (finished, or
+    still held when it ends)."""
+    events, finished = [], []
+    sim = Simulation(sc, start_ts=START, on_event=events.append,
+                     on_request=lambda req, _at: finished.append(req))
+    sim.advance(sc.duration)
+    held = [r for s in sim.server.schedulers
+            for r in (*s.running, *s.waiting, *([s.chunked] if s.chunked else []))]
+    return events, Counter(r.prompt_len for r in finished + held)
 
 
 def truth(events):
@@ -87,13 +98,12 @@ def truth(events):
         "longest_queueing": longest,
         "cache_hit_ratio": cached / (new + cached),
         "retracted": sum(e.retracted_reqs for e in events if isinstance(e, Retraction)),
-        "single_request_prefills": sum(1 for e in prefill if e.new_seq == 1),
     }
 
 
 @pytest.mark.slow  # `generated` simulates three hours
 def test_json_matches_the_known_peaks_exactly(generated):
-    out, events = generated
+    out, events, prompts = generated
     result = subprocess.run([EXE, "analyze-log", str(out / "sglang.log.1.gz"),
                              str(out / "sglang.log"), "--json"],
                             capture_output=True, text=True, timeout=120)
@@ -107,7 +117,9 @@ def test_json_matches_the_known_peaks_exactly(generated):
     assert doc["longest_queueing"]["seconds"] == want["longest_queueing"]
     assert doc["prefill_tokens"]["cache_hit_ratio"] == pytest.approx(want["cache_hit_ratio"])
     assert doc["retracted_requests"] == want["retracted"]
-    assert doc["context_tokens"]["requests"] == want["single_request_prefills"]
+    contexts = doc["context_tokens"]
+    assert 0 < contexts["requests"] <= prompts.total()
+    assert all(contexts[k] in prompts for k in ("max", "first", "last")), contexts
     assert doc["lines"]["unparsed"] == 1
     span = doc["time_range"]
     hours = (datetime.fromisoformat(span["to"]) - datetime.fromisoformat(span["from"]))
@@ -117,7 +129,7 @@ def test_json_matches_the_known_peaks_exactly(generated):
 
 @pytest.mark.slow
 def test_text_report_and_per_minute_csv(generated, tmp_path):
-    out, events = generated
+    out, events, _ = generated
     csv_path = tmp_path / "minutes.csv"
     result = subprocess.run([EXE, "analyze-log", str(out / "sglang.log.1.gz"),
                              str(out / "sglang.log"), "--csv-per-minute", str(csv_path)],
@@ -134,7 +146,7 @@ def test_text_report_and_per_minute_csv(generated, tmp_path):
 
 @pytest.mark.slow
 def test_every_json_field_is_documented(generated):
-    out, _ = generated
+    out, _, _ = generated
     doc = json.loads(subprocess.run([EXE, "analyze-log", str(out / "sglang.log"), "--json"],
                                     capture_output=True, text=True).stdout)
     text = (ROOT / "docs/log-analysis.md").read_text()
@@ -144,6 +156,47 @@ def test_every_json_field_is_documented(generated):
             for sub in value:
                 assert re.search(rf"`{key}\.{sub}`|`\.{sub}`|\.{sub}[`,]|`{key}\.<kind>`", text) \
                     or sub in ("total",), f"{key}.{sub}"
+
+
+def test_a_chunked_prompt_counts_whole_not_as_its_chunks(tmp_path):
+    """Seed 000's scenario, every prompt 32K or more: chunked prefill logs the long cold ones
+    as runs of 4,096-token single-request lines. The headline is the prompts, not the chunks."""
+    sc = scenarios.load("long-context-incident")
+    events, prompts = simulate(sc)
+    assert min(prompts) >= 32_768
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join(format_event(e, sc.release) for e in events) + "\n")
+    result = subprocess.run([EXE, "analyze-log", str(log), "--json"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    contexts = json.loads(result.stdout)["context_tokens"]
+    want = sorted(prompts.elements())
+    print(f"median {contexts['median']:,.0f} of {contexts['requests']} prompts; true median "
+          f"{want[len(want) // 2]:,} of {len(want)}")
+    assert contexts["median"] >= 32_768
+    assert contexts["median"] == pytest.approx(want[len(want) // 2], rel=0.05)
+    assert contexts["chunk_size"] == sc.server.chunked_prefill_size
+    assert contexts["chunked"] >= 3  # the three cold bursts at least
+    # Each one is a real prompt's length: no chunk counted alone, no two prompts added up.
+    assert not Counter(analyze([log]).contexts) - prompts
+    assert f"median {contexts['median']:,.0f}," in subprocess.run(
+        [EXE, "analyze-log", str(log)], capture_output=True, text=True).stdout
+
+
+def test_the_chunk_size_is_found_without_the_startup_line(tmp_path):
+    """A rotated log has no capacity line: the chunk size is the largest #new-token, followed
+    by an uncached continuation."""
+    sc = scenarios.load("long-context-incident")
+    events, prompts = simulate(sc)
+    lines = [format_event(e, sc.release) for e in events]
+    whole, rotated = tmp_path / "whole.log", tmp_path / "rotated.log"
+    whole.write_text("\n".join(lines) + "\n")
+    rotated.write_text("\n".join(ln for ln in lines if "chunked_prefill_size=" not in ln) + "\n")
+    assert len(rotated.read_text()) < len(whole.read_text())
+    with_line, without = analyze([whole]), analyze([rotated])
+    assert without.chunk_size == with_line.chunk_size == sc.server.chunked_prefill_size
+    assert list(without.contexts) == list(with_line.contexts)
+    assert without.chunked_requests == with_line.chunked_requests > 0
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [

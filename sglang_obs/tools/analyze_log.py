@@ -1,7 +1,9 @@
 """`sglang-obs analyze-log`: the evidence seed 000 assembled by hand, from saved SGLang logs.
 
 Reads scheduler logs (plain or gzipped, any release from 0.4.6, several files in order) and
-reports: the effective context of single-request prefills, the aggregate prefix-cache hit ratio,
+reports: the effective context of each request whose whole prompt the log shows (one
+single-request prefill, or the run of single-request chunks chunked prefill splits it into),
+the aggregate prefix-cache hit ratio,
 the pending-token, queue, running and full-token peaks with their times, the longest continuous
 queueing, and the top windows of sustained pressure. `--json` prints the same as a stable
 document (fields in docs/log-analysis.md); `--csv-per-minute` writes a per-minute table.
@@ -83,6 +85,13 @@ class Analysis:
     last: datetime | None = None
     too_long: int = 0  # lines over MAX_LINE_BYTES, skipped unread (also in parsed["unparsed"])
     contexts: array = field(default_factory=lambda: array("q"))  # 8 bytes per request
+    chunked_requests: int = 0  # of the contexts, prompts prefilled over several lines
+    chunk_size: int | None = None  # the capacity line's chunked_prefill_size (None: not seen)
+    _sized: bool = False  # a capacity line was seen: chunk_size holds
+    _runs: dict[int, tuple[int | None, int, int]] = field(default_factory=dict)  # per DP rank
+    # Prefill lines before any capacity line (rank, single, new, cached), 4 numbers each: their
+    # chunk size is inferred from them once a capacity line or the end comes.
+    _unsized: array = field(default_factory=lambda: array("q"))
     new_tokens: int = 0
     cached_tokens: int = 0
     pending: Peak = field(default_factory=Peak)
@@ -111,6 +120,11 @@ class Analysis:
         self.first = ts if self.first is None else min(self.first, ts)
         self.last = ts if self.last is None else max(self.last, ts)
         minute = self.minutes.setdefault(ts.replace(second=0, microsecond=0), Minute())
+        if parsed.kind == "capacity":  # a (re)start: its chunk size from now on
+            self._size_unsized()
+            self._runs.clear()  # a request chunked when the process died never finished
+            size = int(f.get("chunked_prefill_size", -1))
+            self.chunk_size, self._sized = (size if size > 0 else None), True
         if parsed.kind == "retraction":
             n = int(f.get("retracted_reqs", 0))
             self.retracted_requests += n
@@ -130,8 +144,11 @@ class Analysis:
             minute.prefill_batches += 1
             minute.new_tokens += new
             minute.cached_tokens += cached
-            if f.get("new_seq") == 1:
-                self.contexts.append(new + cached)
+            single, rank = f.get("new_seq") == 1, parsed.ranks.get("DP", 0)
+            if self._sized:
+                self._request(rank, single, new, cached, self.chunk_size)
+            else:
+                self._unsized.extend((rank, single, new, cached))
             self.pending.see(f.get("pending_token"), ts)
             minute.pending_peak = max(minute.pending_peak, f.get("pending_token", 0))
         else:
@@ -140,6 +157,53 @@ class Analysis:
             if "gen_throughput" in f:
                 minute.gen_throughput_sum += f["gen_throughput"]
                 minute.gen_throughput_count += 1
+
+    def _request(self, rank: int, single: bool, new: int, cached: int,
+                 chunk: int | None) -> None:
+        """Follow one prefill line into the contexts of whole prompts. Chunked prefill logs a
+        long prompt as single-request lines of `chunk` new tokens, the first with the prompt's
+        cached tokens, the others with none (SGLang's PrefillAdder counts a continuation as
+        uncached), closed by a shorter one. A chunk that shares its batch with other requests
+        hides its size: that prompt is left out."""
+        run = self._runs.pop(rank, None)  # (first chunk's cached tokens or None, new, lines)
+        if run is not None:
+            first, total, lines = run
+            if single and cached == 0:  # the chunked request goes on
+                if new >= chunk:
+                    self._runs[rank] = (first, total + new, lines + 1)
+                elif first is not None:
+                    self._context(first + total + new, chunked=True)
+                return
+            if single and first is not None:  # a new request: that one ended on a whole chunk
+                self._context(first + total, chunked=lines > 1)
+        if chunk is not None and new >= chunk:  # a full chunk: its last request may go on
+            self._runs[rank] = (cached, new, 1) if single else (None, 0, 1)
+        elif single:
+            self._context(new + cached, chunked=False)
+
+    def _context(self, tokens: int, chunked: bool) -> None:
+        self.contexts.append(tokens)
+        self.chunked_requests += chunked
+
+    def _size_unsized(self) -> None:
+        """Replay the prefill lines seen before any capacity line, under their own chunk size:
+        their largest #new-token, if a single-request line that large is followed on its rank
+        by an uncached single-request one (a continuation); else no chunking."""
+        buffered, self._unsized = self._unsized, array("q")
+        lines = range(0, len(buffered), 4)
+        largest = max((buffered[i + 2] for i in lines), default=0)
+        last: dict[int, int] = {}  # rank -> its previous line's index
+        chunk = None
+        for i in lines:
+            before = last.get(buffered[i])
+            if (before is not None and buffered[before + 1] and buffered[before + 2] == largest
+                    and buffered[i + 1] and buffered[i + 3] == 0):
+                chunk = self.chunk_size = largest
+                break
+            last[buffered[i]] = i
+        for i in lines:
+            self._request(buffered[i], bool(buffered[i + 1]), buffered[i + 2], buffered[i + 3],
+                          chunk)
 
     def _queueing(self, rank: int, queue: float | None, ts: datetime) -> None:
         """A run lasts from the first batch line with a queue to the first one without."""
@@ -159,6 +223,8 @@ class Analysis:
         for start in self._queue_since.values():  # still queueing when the log ends
             self._close_run(start, self.last)
         self._queue_since.clear()
+        self._size_unsized()
+        self._runs.clear()  # a prompt still being chunked when the log ends: its size is unknown
 
     # -- outputs --------------------------------------------------------------------------
     def windows(self) -> list[dict]:
@@ -199,6 +265,8 @@ class Analysis:
             "time_range": {"from": _iso(self.first), "to": _iso(self.last)},
             "context_tokens": {
                 "requests": len(contexts),
+                "chunked": self.chunked_requests,
+                "chunk_size": self.chunk_size,
                 "mean": statistics.fmean(contexts) if contexts else None,
                 "median": statistics.median(contexts) if contexts else None,
                 "max": max(contexts) if contexts else None,
@@ -297,7 +365,9 @@ def text_report(doc: dict) -> str:
         + (f"; {doc['lines']['too_long']:,} over {MAX_LINE_BYTES // 1024} KiB skipped"
            if doc["lines"]["too_long"] else ""),
         "",
-        f"Effective context per request (#new-seq: 1 prefills, {c['requests']:,}): "
+        f"Effective context per request ({c['requests']:,} prompts"
+        + (f", {c['chunked']:,} of them in {c['chunk_size']:,}-token chunks"
+           if c["chunked"] else "") + "): "
         + ("—" if not c["requests"] else
            f"mean {c['mean']:,.0f} tokens, median {c['median']:,.0f}, max {c['max']:,.0f}; "
            f"first {c['first']:,.0f}, last {c['last']:,.0f}"),
