@@ -224,6 +224,28 @@ def test_large_numbers_are_written_compactly():
     assert charts.unit("made-up-id") == ("", 1.0)
 
 
+def test_no_axis_repeats_a_tick_label():
+    """A nearly flat series (ITL p95 within a few microseconds of 1.5 ms) on an axis of its
+    own: its ticks differ past the third digit, and each label must still say which is which."""
+    p = overview_panels()
+    flat = [0.0015 + 4e-6 * math.sin(i / 6) for i in range(len(TIMES))]
+    fig = rd.draw([(p["Time to first token"], [series("p95", wave(90)), series("ITL", flat)]),
+                   (p["Pending prefill tokens"], [series("sglang:30000",
+                                                         [370_000 + i for i in range(81)])])],
+                  "overview", T0, END, STEP)
+    fig.canvas.draw()
+    try:
+        shown = [[t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+                 for ax in fig.axes if ax.get_lines()]
+        print(shown)
+        assert len(shown) == 3  # p95, ITL on its own axis, pending tokens
+        for labels in shown:
+            assert len(labels) >= 2
+            assert len(set(labels)) == len(labels), labels
+    finally:
+        charts.pyplot().close(fig)
+
+
 @pytest.mark.slow  # backfills a scenario
 def test_render_dashboard_to_a_folder_writes_one_png_per_dashboard_inside_it(tmp_path):
     import subprocess

@@ -146,18 +146,35 @@ def plot_lines(ax, lines: Sequence[Line], unit_label: str, legend: bool = True) 
     return axes
 
 
-def compact(value: float, _pos=None) -> str:
+def compact(value: float, _pos=None, digits: int = 3) -> str:
     """350000 -> 350k, 2300000 -> 2.3M: tick labels without scientific offsets."""
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= limit:
-            return f"{value / limit:.3g}{suffix}"
-    return f"{value:.3g}"
+            return f"{value / limit:.{digits}g}{suffix}"
+    return f"{value:.{digits}g}"
+
+
+def distinct_labels(values: Sequence[float]) -> list[str]:
+    """compact() labels for ticks, with as many digits as it takes for no two to read alike
+    (the ticks of a nearly flat series differ past the third)."""
+    for digits in range(3, 16):
+        labels = [compact(v, digits=digits) for v in values]
+        if len(set(labels)) == len(labels):
+            break
+    return labels
 
 
 def compact_numbers(axis) -> None:
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import Formatter
 
-    axis.set_major_formatter(FuncFormatter(compact))
+    class Compact(Formatter):
+        def __call__(self, value, pos=None):
+            return compact(value)
+
+        def format_ticks(self, values):
+            return distinct_labels(values)
+
+    axis.set_major_formatter(Compact())
 
 
 # -- states and alerts -----------------------------------------------------------------------
