@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from sglang_obs import __version__
-from sglang_obs.core import config_dir
+from sglang_obs.core import config_dir, quantities
 from sglang_obs.core import settings as stack_settings
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.exporter.poller import Snapshot
@@ -46,27 +46,43 @@ log = logging.getLogger(__name__)
 
 BASELINE_WINDOW = 3600.0  # the rules' [1h]
 TREND_WINDOW = 1800.0  # the sparklines: the last 30 minutes
-TREND_SLOT = 10.0  # seconds per sparkline point (180 points)
+TREND_SLOT = quantities.SPARK_SLOT_SECONDS  # seconds per sparkline point (180 points)
 MINUTE = 60.0  # "in the last minute"
 # The reading patterns' GPU thresholds (seed 000 §8); the page's own, not the rules'.
 GPU_BUSY_RATIO = 0.8
 GPU_IDLE_RATIO = 0.1
 GPU_MEMORY_FULL_RATIO = 0.8
-QUEUE_GROWING_SECONDS = 10.0  # "queue growing": non-empty this long and longer than a minute ago
+
+# The tokenizer's counters: every supported release defines them (a test reads the conformance
+# goldens), labelled, so prometheus_client creates each at its first request. A server that
+# answers without them has finished none yet: they read 0, not "not reported".
+COUNTED_FROM_FIRST_REQUEST = ("num_requests_total", "prompt_tokens_total",
+                              "generation_tokens_total", "cached_tokens_total")
 
 STATE_LABELS = {"unavailable": "Unavailable", "idle": "Idle", "healthy": "Healthy",
                 "prefill_backlog": "Prefill backlog", "decode_contention": "Decode contention",
                 "kv_capacity": "KV capacity", "scheduling_bottleneck": "Scheduling bottleneck"}
-PATTERNS = {
-    "gpu_busy_backlog_growing": "GPU utilisation high and prompt tokens waiting for prefill "
-                                "growing: input compute backlog.",
-    "queue_growing_kv_low": "Queue growing while the KV cache is not full: a compute or "
-                            "scheduling limit, not capacity exhausted.",
-    "running_at_limit_speed_falling": "Running at the limit and generation speed falling: "
-                                      "decode contention.",
-    "memory_full_gpu_idle": "GPU memory full but GPU idle: static preallocation (weights, KV "
-                            "pool, CUDA graphs), not load.",
+# The reading patterns: seed 000's four ways of reading the signals together, and one per
+# classification branch the seed did not name (a batch grown past its usual size; a full KV
+# pool), each with the state it points to. The page shows only those that point to its verdict
+# (`readings`), so the badge and the readings cannot disagree. None: a pattern of a quiet server.
+READINGS = {
+    "gpu_busy_backlog_growing": ("prefill_backlog", "GPU utilisation high and prompt tokens "
+                                 "waiting for prefill growing: input compute backlog."),
+    "backlog_with_queue": ("prefill_backlog", "Prompt tokens waiting for prefill above the "
+                           "threshold while requests queue: input compute backlog."),
+    "queue_growing_kv_low": ("scheduling_bottleneck", "Queue growing while the KV cache is not "
+                             "full: a compute or scheduling limit, not capacity exhausted."),
+    "running_at_limit_speed_falling": ("decode_contention", "Running at the limit and generation "
+                                       "speed falling: decode contention."),
+    "batch_grown_speed_falling": ("decode_contention", "Running batch well past its usual size "
+                                  "and generation speed falling: decode contention."),
+    "kv_full": ("kv_capacity", "KV cache at its limit, or requests retracted: capacity "
+                "exhausted."),
+    "memory_full_gpu_idle": (None, "GPU memory full but GPU idle: static preallocation "
+                             "(weights, KV pool, CUDA graphs), not load."),
 }
+QUIET_STATES = ("idle", "healthy")  # the states a pattern pointing to None may accompany
 
 
 # -- the thresholds ----------------------------------------------------------------------------
@@ -181,23 +197,27 @@ PRIORITY = ("unavailable", "kv_capacity", "prefill_backlog", "decode_contention"
             "scheduling_bottleneck", "idle", "healthy")
 
 
+def conditions(s: Signals, c: Classification) -> dict[str, bool]:
+    """Each state's condition, as the rules' state_classes() write it."""
+    collapse, drop = decode_branches(s, c)
+    return {
+        "unavailable": not s.available,
+        "kv_capacity": _ge(s.kv_occupancy, c.kv_occupancy_ratio) or s.retracted_recently,
+        "prefill_backlog": (_ge(s.prefill_backlog, c.prefill_backlog_tokens)
+                            and _lt(0, s.waiting)
+                            and not _ge(s.running_ratio, c.running_ratio_at_limit)),
+        "decode_contention": (collapse or drop) and _ge(s.kv_occupancy, c.min_kv_for_contention),
+        "scheduling_bottleneck": (_ge(s.queue_seconds, c.scheduling_queue_seconds)
+                                  and _lt(s.kv_occupancy, c.scheduling_kv_ratio_below)),
+        "idle": s.running == 0 and s.waiting == 0,
+        "healthy": True,
+    }
+
+
 def classify(s: Signals, c: Classification) -> str:
     """The first state whose condition holds, in the rules' priority order (PRIORITY)."""
-    if not s.available:
-        return "unavailable"
-    if _ge(s.kv_occupancy, c.kv_occupancy_ratio) or s.retracted_recently:
-        return "kv_capacity"
-    if (_ge(s.prefill_backlog, c.prefill_backlog_tokens) and _lt(0, s.waiting)
-            and not _ge(s.running_ratio, c.running_ratio_at_limit)):
-        return "prefill_backlog"
-    if any(decode_branches(s, c)) and _ge(s.kv_occupancy, c.min_kv_for_contention):
-        return "decode_contention"
-    if (_ge(s.queue_seconds, c.scheduling_queue_seconds)
-            and _lt(s.kv_occupancy, c.scheduling_kv_ratio_below)):
-        return "scheduling_bottleneck"
-    if s.running == 0 and s.waiting == 0:
-        return "idle"
-    return "healthy"
+    held = conditions(s, c)
+    return next(state for state in PRIORITY if held[state])
 
 
 def quantile(q: float, values: Sequence[float]) -> float | None:
@@ -293,8 +313,7 @@ class ServerTracker:
         self._baseline = Ring({"speed": "first", "running": "first", "t": "first"},
                               int(BASELINE_WINDOW / baseline_step) + 1, baseline_step)
         self._trend = Ring(_TREND_FIELDS, int(TREND_WINDOW / TREND_SLOT), TREND_SLOT)
-        self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last",
-                             "waiting": "last"},
+        self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last"},
                             int(math.ceil(MINUTE / max(poll_interval, 0.05))) + 3, 0.0)
         self._last: tuple[float, float, Snapshot] | None = None  # (t, wall time, snapshot)
         self._prev_t: float | None = None
@@ -319,7 +338,7 @@ class ServerTracker:
                 self._prev_t = t
                 return
             self._last_up_wall = wall
-            d, nv = snap.derived, snap.native_values
+            d, nv = snap.derived, counted(snap.native_values)
             self._track_retractions(t, nv.get("num_retracted_requests_total"))
             self._up_polls += 1
             self._baseline.offer(t, {"speed": d.decode_speed_per_request,
@@ -328,8 +347,7 @@ class ServerTracker:
                         else d.running_requests + d.waiting_requests)
             requests = nv.get("num_requests_total")
             self._minute.offer(t, {"requests": requests, "inflight": inflight,
-                                   "backlog": d.prefill_backlog_tokens,
-                                   "waiting": d.waiting_requests})
+                                   "backlog": d.prefill_backlog_tokens})
             self._trend.offer(t, {
                 "t": t, "requests": requests, "inflight": inflight,
                 "ttft_sum": nv.get("time_to_first_token_seconds_sum"),
@@ -418,9 +436,16 @@ class ServerTracker:
         return classify(self.signals()[0], self.classification)
 
 
+def counted(native: Mapping[str, float]) -> Mapping[str, float]:
+    """SGLang's values with the counters not created yet (COUNTED_FROM_FIRST_REQUEST) at 0."""
+    if all(name in native for name in COUNTED_FROM_FIRST_REQUEST):
+        return native
+    return {**dict.fromkeys(COUNTED_FROM_FIRST_REQUEST, 0.0), **native}
+
+
 def _minute_window(minute, t: float) -> dict[str, Any]:
     """Requests finished and received over the last minute (or since the first poll, when the
-    exporter is younger), and the prefill backlog and queue a minute ago."""
+    exporter is younger), and the prefill backlog a minute ago."""
     times, cols = minute
     if not times:
         return {}
@@ -429,8 +454,7 @@ def _minute_window(minute, t: float) -> dict[str, Any]:
     then_t = times[j]
     then = {field: values[j] for field, values in cols.items()}
     now = {field: values[-1] for field, values in cols.items()}
-    out: dict[str, Any] = {"window_seconds": t - then_t, "backlog_then": then["backlog"],
-                           "waiting_then": then["waiting"]}
+    out: dict[str, Any] = {"window_seconds": t - then_t, "backlog_then": then["backlog"]}
     if now["requests"] is not None and then["requests"] is not None:
         finished = now["requests"] - then["requests"]
         if finished < 0:  # the server restarted: its counter began again
@@ -513,7 +537,7 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
     state = classify(s, c)
     snap: Snapshot | None = extra["snapshot"]
     d = snap.derived if snap is not None else None
-    nv = snap.native_values if snap is not None and snap.up else {}
+    nv = counted(snap.native_values) if snap is not None and snap.up else {}
     minute = extra.get("minute", {})
     model = (d.model_name if d is not None else "") or (
         snap.config.model_name if snap is not None and snap.config is not None else "")
@@ -597,7 +621,7 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
         "patterns": [],
     }
     out["reason"] = reason(state, s, c, out)
-    out["patterns"] = patterns(s, c, out, minute)
+    out["patterns"] = readings(state, s, c, gpus, minute)
     return out
 
 
@@ -671,42 +695,65 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
             "contention or capacity limit.")
 
 
-def patterns(s: Signals, c: Classification, out: dict[str, Any],
-             minute: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Those of seed 000's four reading patterns that apply now, in its words, with numbers."""
+def readings(state: str, s: Signals, c: Classification, gpus: Sequence[Mapping[str, Any]],
+             minute: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The reading patterns (READINGS) that apply now and point to the verdict `state`, in its
+    numbers. Each saturation state's own condition is one of them, so a badge never stands
+    without its reading, and a pattern of another state is never shown beside it."""
     found = []
-    gpus = [g for g in out["gpus"] if g["up"] and g["utilization_ratio"] is not None]
-    util = sum(g["utilization_ratio"] for g in gpus) / len(gpus) if gpus else None
-    mems = [g["memory_used_bytes"] / g["memory_total_bytes"] for g in gpus
-            if g["memory_used_bytes"] is not None and g["memory_total_bytes"]]
-    memory = sum(mems) / len(mems) if mems else None
-    backlog_then = minute.get("backlog_then")
-    if (_ge(util, GPU_BUSY_RATIO) and backlog_then is not None and s.prefill_backlog is not None
-            and s.prefill_backlog > backlog_then):
-        found.append(("gpu_busy_backlog_growing",
-                      f"GPUs {percent(util)} busy and prompt tokens waiting for prefill up from "
-                      f"{count(backlog_then)} to {count(s.prefill_backlog)} in a minute: input "
-                      "compute backlog."))
-    waiting_then = minute.get("waiting_then")
-    growing = (_lt(0, s.waiting) and _ge(s.queue_seconds, QUEUE_GROWING_SECONDS)
-               and ((waiting_then is not None and s.waiting > waiting_then)
-                    or _ge(s.queue_seconds, c.scheduling_queue_seconds)))
-    if growing and _lt(s.kv_occupancy, c.scheduling_kv_ratio_below):
+    util, memory = _gpu_means(gpus)
+    if state == "prefill_backlog":
+        then = minute.get("backlog_then")
+        if (_ge(util, GPU_BUSY_RATIO) and then is not None and s.prefill_backlog is not None
+                and s.prefill_backlog > then):
+            found.append(("gpu_busy_backlog_growing",
+                          f"GPUs {percent(util)} busy and prompt tokens waiting for prefill up "
+                          f"from {count(then)} to {count(s.prefill_backlog)} in a minute: input "
+                          "compute backlog."))
+        found.append(("backlog_with_queue",
+                      f"{count(s.prefill_backlog)} prompt tokens waiting for prefill (the "
+                      f"threshold is {count(c.prefill_backlog_tokens)}) while {count(s.waiting)} "
+                      "requests queue: input compute backlog."))
+    elif state == "scheduling_bottleneck":
         found.append(("queue_growing_kv_low",
-                      f"{count(s.waiting)} waiting (queued for {seconds(s.queue_seconds)}) "
-                      f"while the KV cache is {percent(s.kv_occupancy)} full: a compute or "
-                      "scheduling limit, not capacity exhausted."))
-    if (_ge(s.running_ratio, c.running_ratio_at_limit)
-            and _lt(s.speed, _times(c.decode_speed_drop_ratio, s.speed_p90_1h))):
-        found.append(("running_at_limit_speed_falling",
-                      f"Running at {percent(s.running_ratio)} of the limit and each request down "
-                      f"to {speed(s.speed)} from its usual {speed(s.speed_p90_1h)}: decode "
-                      "contention."))
-    if _ge(memory, GPU_MEMORY_FULL_RATIO) and util is not None and util <= GPU_IDLE_RATIO:
+                      f"{count(s.waiting)} waiting (queued continuously for "
+                      f"{seconds(s.queue_seconds)}) while the KV cache is "
+                      f"{percent(s.kv_occupancy)} full: a compute or scheduling limit, not "
+                      "capacity exhausted."))
+    elif state == "decode_contention":
+        collapse, drop = decode_branches(s, c)
+        usual = f"each request down to {speed(s.speed)} from its usual {speed(s.speed_p90_1h)}"
+        if collapse:
+            found.append(("running_at_limit_speed_falling",
+                          f"Running at {percent(s.running_ratio)} of the limit and {usual}: "
+                          "decode contention."))
+        if drop:
+            grown = _div(s.running, s.running_avg_1h) or 0.0
+            found.append(("batch_grown_speed_falling",
+                          f"{count(s.running)} running, {grown:.1f}× the usual batch of "
+                          f"{s.running_avg_1h or 0:.1f}, and {usual}: decode contention."))
+    elif state == "kv_capacity":
+        found.append(("kv_full",
+                      f"KV cache {percent(s.kv_occupancy)} full (the limit is "
+                      f"{percent(c.kv_occupancy_ratio)})"
+                      + (", and requests retracted in the last "
+                         f"{c.kv_retraction_window:.0f} s" if s.retracted_recently else "")
+                      + ": capacity exhausted."))
+    elif (state in QUIET_STATES and _ge(memory, GPU_MEMORY_FULL_RATIO) and util is not None
+          and util <= GPU_IDLE_RATIO):
         found.append(("memory_full_gpu_idle",
                       f"GPU memory {percent(memory)} used but GPUs {percent(util)} busy: static "
                       "preallocation (weights, KV pool, CUDA graphs), not load."))
-    return [{"id": key, "text": text} for key, text in found]
+    return [{"id": key, "state": READINGS[key][0], "text": text} for key, text in found]
+
+
+def _gpu_means(gpus: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None]:
+    """Mean utilisation and mean memory share of the GPUs that answered."""
+    up = [g for g in gpus if g["up"] and g["utilization_ratio"] is not None]
+    util = sum(g["utilization_ratio"] for g in up) / len(up) if up else None
+    mems = [g["memory_used_bytes"] / g["memory_total_bytes"] for g in up
+            if g["memory_used_bytes"] is not None and g["memory_total_bytes"]]
+    return util, (sum(mems) / len(mems) if mems else None)
 
 
 # -- trends ----------------------------------------------------------------------------------------

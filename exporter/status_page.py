@@ -25,10 +25,13 @@ import time
 from typing import Any
 
 from sglang_obs import __version__
+from sglang_obs.core import quantities
 from sglang_obs.core.states import STATE_COLOURS
 from sglang_obs.exporter.status import (
-    PATTERNS,
+    READINGS,
+    STATE_LABELS,
     TREND_SERIES,
+    TREND_SLOT,
     StatusBoard,
     count,
     percent,
@@ -39,6 +42,7 @@ from sglang_obs.exporter.status import (
 log = logging.getLogger(__name__)
 
 NOT_REPORTED = "not reported by this release"
+NONE_YET = "none yet"  # an average or rate of requests, before the server has finished any
 CACHE_SECONDS = 1.0  # the status is computed at most this often, however many pages are open
 REFRESH_SECONDS = 10  # the page's reload with JavaScript off
 POLL_SECONDS = 5  # the script's fetch of /api/v1/status
@@ -48,14 +52,21 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self';
 SECURITY_HEADERS = (("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
                     ("Referrer-Policy", "no-referrer"))
 SPARK_H = 64  # a sparkline's viewBox height; its width is the trend's points less one
+_SLOT = f"per {TREND_SLOT:g} s"
+# Each sparkline's title and what one point is. Arrivals and completions are per minute, their
+# "now" is the last minute's (the same figure as Received / finished); the others' "now" is
+# their newest point.
 TREND_TITLES = {
-    "arrivals_per_minute": ("Arrivals", "per min"),
-    "completions_per_minute": ("Completions", "per min"),
-    "waiting": ("Queue", "waiting"),
-    "running": ("Running", "requests"),
-    "prefill_backlog_tokens": ("Prefill backlog", "tokens"),
-    "ttft_seconds": ("TTFT", "average"),
+    "arrivals_per_minute": ("Arrivals", f"per min, {TREND_SLOT:g} s points"),
+    "completions_per_minute": ("Completions", f"per min, {TREND_SLOT:g} s points"),
+    "waiting": ("Queue", f"waiting, max {_SLOT}"),
+    "running": ("Running", f"requests, max {_SLOT}"),
+    "prefill_backlog_tokens": ("Prefill backlog", f"tokens, max {_SLOT}"),
+    "ttft_seconds": (quantities.q("ttft_mean_slot").subject,
+                     quantities.q("ttft_mean_slot").qualifier),
 }
+MINUTE_RATES = {"arrivals_per_minute": "received_last_minute",
+                "completions_per_minute": "finished_last_minute"}
 
 
 def esc(value: Any) -> str:
@@ -63,11 +74,14 @@ def esc(value: Any) -> str:
 
 
 # -- the strings shown ---------------------------------------------------------------------------
-def _or_nr(up: bool, value: Any, text: str) -> str:
-    """`text`, or why there is none: down (—) or a signal this release does not give."""
+def _or_nr(up: bool, value: Any, text: str, fresh: bool = False) -> str:
+    """`text`, or why there is none: down (—), no request finished yet (`fresh`: a figure of
+    finished requests), or a signal this release does not give."""
     if value is not None:
         return text
-    return "—" if not up else NOT_REPORTED
+    if not up:
+        return "—"
+    return NONE_YET if fresh else NOT_REPORTED
 
 
 def _trend_value(name: str, value: float | None) -> str:
@@ -120,6 +134,7 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
     window = p["minute_window_seconds"]
     minute = "last minute" if window is None or window >= 59 else f"last {seconds(window)}"
     queue = p["queue_nonempty_seconds"]
+    fresh = b["requests"] == 0  # figures of finished requests: none yet, not "not reported"
     text = {
         "state_label": srv["state_label"],
         "reason": srv["reason"],
@@ -139,12 +154,12 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
         "b.prefill_speed": _or_nr(up, b["prefill_tokens_per_second"],
                                   speed(b["prefill_tokens_per_second"])
                                   + (" (queueing included)"
-                                     if b["prefill_time_includes_queueing"] else "")),
+                                     if b["prefill_time_includes_queueing"] else ""), fresh),
         "b.gen_speed": _or_nr(up, b["generation_tokens_per_second"],
-                              speed(b["generation_tokens_per_second"])),
-        "b.ttft": _or_nr(up, b["ttft_seconds"], seconds(b["ttft_seconds"])),
-        "b.request": _or_nr(up, b["request_seconds"], seconds(b["request_seconds"])),
-        "b.cache_hit": _or_nr(up, b["cache_hit_ratio"], percent(b["cache_hit_ratio"])),
+                              speed(b["generation_tokens_per_second"]), fresh),
+        "b.ttft": _or_nr(up, b["ttft_seconds"], seconds(b["ttft_seconds"]), fresh),
+        "b.request": _or_nr(up, b["request_seconds"], seconds(b["request_seconds"]), fresh),
+        "b.cache_hit": _or_nr(up, b["cache_hit_ratio"], percent(b["cache_hit_ratio"]), fresh),
         "s.waiting": _or_nr(up, st["waiting_to_start"], count(st["waiting_to_start"])),
         "s.resources": _or_nr(up, st["waiting_for_resources"],
                               count(st["waiting_for_resources"])),
@@ -164,13 +179,18 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
     for name in TREND_SERIES:
         values = srv["trends"][name]
         seen = [v for v in values if v is not None]
-        last = next((v for v in reversed(values) if v is not None), None)
         paths[name] = spark_path(values)
-        text["tr." + name] = (f"now {_trend_value(name, last)} · max "
-                              f"{_trend_value(name, max(seen) if seen else None)}")
+        peak = f"max {_trend_value(name, max(seen) if seen else None)}"
+        if name in MINUTE_RATES:
+            count_ = p[MINUTE_RATES[name]]
+            rate = None if count_ is None or not window else count_ / min(window, 60.0) * 60.0
+            text["tr." + name] = f"{minute} {_trend_value(name, rate)} · {peak}"
+        else:
+            last = next((v for v in reversed(values) if v is not None), None)
+            text["tr." + name] = f"newest {_trend_value(name, last)} · {peak}"
     lists = {
         "patterns": [pt["text"] for pt in srv["patterns"]]
-        or ["None of the four reading patterns applies now."],
+        or [f"None applies: {srv['state_label'].lower()}, no saturation pattern."],
         "gpus": [_gpu_line(g) for g in srv["gpus"]] or [_no_gpus(board_status)],
     }
     return {"text": text, "paths": paths, "lists": lists}
@@ -231,6 +251,13 @@ def _row(label: str, key: str, text: dict[str, str], note: str = "") -> str:
             f'<dd data-f="{esc(key)}">{esc(text[key])}</dd></div>')
 
 
+def _qrow(quantity: str, key: str, text: dict[str, str]) -> str:
+    """A row under its quantity's label (sglang_obs/core/quantities.py): statistic and window
+    beside the subject, as every other surface prints them."""
+    x = quantities.q(quantity)
+    return _row(" ".join(p for p in (x.subject, x.statistic) if p), key, text, x.window)
+
+
 def _list(key: str, items: list[str], cls: str = "") -> str:
     inner = "".join(f"<li>{esc(item)}</li>" for item in items)
     return f'<ul class="{esc(cls)}" data-l="{esc(key)}">{inner}</ul>'
@@ -259,7 +286,7 @@ def server_section(i: int, srv: dict[str, Any]) -> str:
         f'{esc(t["p.minute"])}</span></dt><dd><span data-f="p.received">'
         f'{esc(t["p.received"])}</span> / <span data-f="p.finished">{esc(t["p.finished"])}'
         "</span></dd></div>",
-        _row("Waiting continuously", "p.queue", t),
+        _qrow("queue_continuous", "p.queue", t),
     ))
     baseline = "".join((
         _row("Prompt tokens", "b.prompt", t),
@@ -269,8 +296,8 @@ def server_section(i: int, srv: dict[str, Any]) -> str:
         _row("Requests finished", "b.requests", t),
         _row("Prefill speed", "b.prefill_speed", t, "per request, uncached input"),
         _row("Generation speed", "b.gen_speed", t, "per request"),
-        _row("Average TTFT", "b.ttft", t),
-        _row("Average request time", "b.request", t),
+        _qrow("ttft_mean_since_start", "b.ttft", t),
+        _qrow("e2e_request_latency_mean_since_start", "b.request", t),
         _row("Cache hit ratio", "b.cache_hit", t),
     ))
     stages = "".join((
@@ -282,13 +309,15 @@ def server_section(i: int, srv: dict[str, Any]) -> str:
     tokens = "".join((
         _row("KV used", "t.kv_used", t, "tokens"),
         _row("KV capacity", "t.kv_capacity", t, "tokens"),
-        _row("KV occupancy", "t.kv_occupancy", t),
-        _row("Waiting for prefill", "t.backlog", t, "prompt tokens"),
-        _row("Decode speed", "t.speed", t, "per request, now"),
-        _row("Usual decode speed", "t.speed_p90", t, "1 h p90"),
+        _qrow("kv_occupancy", "t.kv_occupancy", t),
+        _qrow("prefill_backlog", "t.backlog", t),
+        _qrow("decode_speed", "t.speed", t),
+        _qrow("decode_speed_usual", "t.speed_p90", t),
     ))
     sparks = "".join(_spark(name, disp, srv["trends"]["points"]) for name in TREND_SERIES)
-    patterns = "".join(f"<li>{esc(text)}</li>" for text in PATTERNS.values())
+    patterns = "".join(
+        f'<li>{esc(text)} <span class="note">({esc(STATE_LABELS.get(state, "a quiet server"))})'
+        "</span></li>" for state, text in READINGS.values())
     return f"""<section class="server" id="server-{i}" data-server="{esc(srv['server'])}" \
 data-state="{esc(srv['state'])}">
 <header><h2><span class="name">{esc(srv['server'])}</span>{model}</h2>
@@ -306,7 +335,8 @@ data-state="{esc(srv['state'])}">
 <div class="sparks">{sparks}</div>
 <h4>GPUs</h4>{_list("gpus", disp["lists"]["gpus"], "gpus")}
 <h4>Reading the signals</h4>{_list("patterns", disp["lists"]["patterns"], "patterns")}
-<details><summary>The four reading patterns</summary><ul>{patterns}</ul></details>
+<details><summary>The reading patterns, and the state each points to</summary>
+<ul>{patterns}</ul></details>
 </article>
 </div></section>"""
 
@@ -401,9 +431,9 @@ html[data-live] .live-off { display: none; }
 dl { margin: 0; }
 .row { display: flex; justify-content: space-between; gap: 8px;
   border-bottom: 1px dotted var(--line); padding: 2px 0; }
-dt { color: var(--ink); }
+dt { color: var(--ink); flex: 1 1 0; }
 dd { margin: 0; font-variant-numeric: tabular-nums; text-align: right; font-weight: 600;
-  white-space: nowrap; }
+  flex: 0 1 auto; max-width: 60%; overflow-wrap: anywhere; }
 .sparks { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 6px 10px;
   margin-top: 8px; }
 .spark { margin: 0; min-width: 0; }

@@ -175,3 +175,48 @@ def test_without_javascript_the_server_rendered_page_says_the_same_and_reloads(e
     assert int(refresh) > 0
     assert not any(u.endswith("/api/v1/status") for u in page.requests)
     assert page.problems == []
+
+
+# Every element of a block stays inside it: the issue's first-minute page let "not reported by
+# this release" run into the next column (a value cell that would not wrap).
+OVERFLOWING = ("[...document.querySelectorAll('.block')].flatMap(b => { const r = "
+               "b.getBoundingClientRect(); return [...b.querySelectorAll('dt, dd, li, figcaption')]"
+               ".filter(e => { const x = e.getBoundingClientRect(); return x.right > r.right + 0.5"
+               " || x.left < r.left - 0.5 || e.scrollWidth > e.clientWidth + 1; })"
+               ".map(e => e.textContent.trim().slice(0, 60)); })")
+
+
+@pytest.fixture(scope="module")
+def sparse_page():
+    """The real page of a server whose answers lack most signals (a release reporting little),
+    served by the exporter's own WSGI app."""
+    from prometheus_client import CollectorRegistry
+
+    from sglang_obs.exporter.status import StatusBoard, load_classification
+    from sglang_obs.exporter.status_page import GlancePages
+    from sglang_obs.exporter.web import Exposition, make_app, serve
+
+    from test_status import snapshot
+
+    board = StatusBoard(load_classification(), poll_interval=5.0)
+    tracker = board.add("a-long-server-name.inference.example.internal:30000")
+    for i in range(3):
+        tracker.observe(i * 5.0, snapshot(polls=i + 1, running_requests=None,
+                                          max_running_requests=None, running_requests_ratio=None,
+                                          kv_occupancy_ratio=None))
+    pages = GlancePages(board, "/metrics", ["http://127.0.0.1:1"])
+    server = serve(make_app(Exposition(CollectorRegistry()), "/metrics", ["http://127.0.0.1:1"],
+                            pages), "127.0.0.1:0")
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("width", [1366, 1920, 400])
+def test_no_text_runs_out_of_its_block(sparse_page, browser, width):
+    page = browser.page(width=width, height=900, mobile=width < 500)
+    page.navigate(sparse_page + "/")
+    text = page.evaluate("document.body.textContent")
+    assert "not reported by this release" in text  # the long value is there to overflow
+    assert page.evaluate(OVERFLOWING) == []
+    assert page.problems == []
