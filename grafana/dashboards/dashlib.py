@@ -46,6 +46,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from sglang_obs.core import quantities
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import STATE_COLOURS, STATES
 
@@ -498,12 +499,18 @@ def dp_rate(metric: str, selector: str = SG, by: str = "instance") -> str:
 
 
 def quantile_queries(histogram: str, per: str = "{{instance}} {{model_name}}") -> list:
-    """p50/p95/p99 from the recording rules, plus the mean over $__rate_interval."""
-    queries = [(f"instance_model:sglang_{histogram}:{q}_5m{{{IM}}}", f"{per} {q}")
-               for q in ("p50", "p95", "p99")]
-    queries.append((ratio(rate(f"sglang:{histogram}_sum", SG, "instance, model_name"),
-                          rate(f"sglang:{histogram}_count", SG, "instance, model_name")),
-                    f"{per} mean"))
+    """p50/p95/p99 from the recording rules, and the mean over the same window; each legend
+    names its quantity's statistic and window (sglang_obs/core/quantities.py)."""
+    short = histogram.removesuffix("_seconds")
+    queries = []
+    for name, _ in quantities.QUANTILES:
+        x = quantities.q(f"{short}_{name}_{quantities.QUANTILE_WINDOW}")
+        queries.append((f"{x.record}{{{IM}}}", f"{per} {x.qualifier}"))
+    mean = quantities.q(f"{short}_mean_{quantities.QUANTILE_WINDOW}")
+    window = quantities.QUANTILE_WINDOW
+    queries.append((ratio(rate(f"sglang:{histogram}_sum", SG, "instance, model_name", window),
+                          rate(f"sglang:{histogram}_count", SG, "instance, model_name", window)),
+                    f"{per} {mean.qualifier}"))
     return queries
 
 

@@ -1,7 +1,8 @@
 """SGLang / Latency (uid sglang-latency): distributions, quantiles, queueing and per-stage time.
 
 The SLO alerts link here. Heatmaps are bucket rates (`sum by (le)`), quantiles come from the
-5 min recording rules, means from `_sum / _count` over $__rate_interval.
+5 min recording rules and means from `_sum / _count` over the same 5 min, each legend naming its
+statistic and window (sglang_obs/core/quantities.py).
 """
 
 import sys
@@ -31,19 +32,19 @@ distributions = [
 
 quantiles = [
     d.timeseries("Time to first token",
-                 f"TTFT p50/p95/p99 (5 min rules) and mean; SLO line at {TTFT_LE} s.",
+                 f"TTFT p50/p95/p99 and mean over 5 min; SLO line at {TTFT_LE} s.",
                  d.quantile_queries("time_to_first_token_seconds"), d.SECONDS, w=12, min_=0,
                  thresholds=d.steps("green", (d.slo_seconds("ttft"), "red"))),
     d.timeseries("Inter-token latency",
-                 f"ITL p50/p95/p99 (5 min rules, token-weighted) and mean; SLO line at {ITL_LE} s.",
+                 f"ITL p50/p95/p99 and mean over 5 min (token-weighted); SLO line at {ITL_LE} s.",
                  d.quantile_queries("inter_token_latency_seconds"), d.SECONDS, w=12, min_=0,
                  thresholds=d.steps("green", (d.slo_seconds("itl"), "red"))),
     d.timeseries("End-to-end request latency",
-                 "E2E p50/p95/p99 (5 min rules) and mean, per server and model.",
+                 "E2E latency p50/p95/p99 and mean over 5 min, per server and model.",
                  d.quantile_queries("e2e_request_latency_seconds"), d.SECONDS, w=12, min_=0),
     d.timeseries("Queue time",
                  "Time requests spent in the waiting queue before admission: p50/p95/p99 "
-                 "(5 min rules) and mean.",
+                 "and mean over 5 min.",
                  d.quantile_queries("queue_time_seconds"), d.SECONDS, w=12, min_=0),
 ]
 

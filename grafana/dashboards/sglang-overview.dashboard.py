@@ -115,15 +115,15 @@ slo = [
 
 latency = [
     d.timeseries("Time to first token",
-                 f"TTFT p50/p95/p99 (5 min recording rules) and mean; SLO line at {TTFT_LE} s.",
+                 f"TTFT p50/p95/p99 and mean over 5 min; SLO line at {TTFT_LE} s.",
                  d.quantile_queries("time_to_first_token_seconds"), d.SECONDS,
                  thresholds=d.steps("green", (d.slo_seconds("ttft"), "red")), min_=0),
     d.timeseries("Inter-token latency",
-                 f"ITL p50/p95/p99 (token-weighted) and mean; SLO line at {ITL_LE} s.",
+                 f"ITL p50/p95/p99 and mean over 5 min (token-weighted); SLO line at {ITL_LE} s.",
                  d.quantile_queries("inter_token_latency_seconds"), d.SECONDS,
                  thresholds=d.steps("green", (d.slo_seconds("itl"), "red")), min_=0),
     d.timeseries("End-to-end request latency",
-                 "E2E p50/p95/p99 (5 min recording rules) and mean, per server and model.",
+                 "E2E latency p50/p95/p99 and mean over 5 min, per server and model.",
                  d.quantile_queries("e2e_request_latency_seconds"), d.SECONDS, min_=0),
     d.ttft_decomposition(),
     d.ttft_by_class(),
@@ -232,7 +232,7 @@ dashboard = d.dashboard(
          "Seed 000's stages: waiting to start, waiting for resources, processing input, "
          "generating.", stages),
         ("SLO", "Attainment over the range and the 5 min error ratios.", slo),
-        ("Latency", "Quantiles from the 5 min recording rules, mean from the counters; where "
+        ("Latency", "Quantiles and means over 5 min (recording rules, counters); where "
          "TTFT goes; TTFT by prompt length.", latency),
         ("Why: pressure",
          "Running vs limit with decode speed (contention), queue with KV (scheduling vs "

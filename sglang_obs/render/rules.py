@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sglang_obs.core import settings
+from sglang_obs.core import quantities, settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import STATES
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
@@ -477,12 +477,17 @@ def _quote(query: str, text: str, fmt: str = "humanize") -> str:
 # What the user sees, quoted in each saturation alert: the symptom alerts it silences.
 WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{cluster=%q, instance=%q} > 0",
                  "; requests have been waiting continuously for {v}", "humanizeDuration")
-TTFT_P95 = _quote("max(instance_model:sglang_time_to_first_token_seconds:p95_5m"
-                  "{cluster=%q, instance=%q})",
-                  "; TTFT p95 over 5 minutes is {v}", "humanizeDuration")
-ITL_P95 = _quote("max(instance_model:sglang_inter_token_latency_seconds:p95_5m"
-                 "{cluster=%q, instance=%q})",
-                 "; ITL p95 over 5 minutes is {v}", "humanizeDuration")
+
+
+def _quote_quantity(key: str) -> str:
+    """The quantity's value for this alert's instance, under its label (core/quantities.py)."""
+    x = quantities.q(key)
+    return _quote(f"max({x.record}{{cluster=%q, instance=%q}})", f"; {x.label} is {{v}}",
+                  "humanizeDuration")
+
+
+TTFT_P95 = _quote_quantity("time_to_first_token_p95_5m")
+ITL_P95 = _quote_quantity("inter_token_latency_p95_5m")
 
 
 def saturation_alerts(t: dict) -> tuple[Alert, ...]:

@@ -1,0 +1,105 @@
+"""One definition per quantity a person reads: what is measured, by which statistic, over which
+window, and (where Prometheus computes it) the recording rule that does.
+
+A number never stands alone on a surface: the glance page, the alerts' descriptions, the
+dashboards' legends, the snapshot report and compare print it under its quantity's `label`.
+"TTFT p95 over 5 min" (the recording rule: the alerts, dashboards, snapshot and compare),
+"TTFT mean per 10 s" (the glance page's sparkline, from the exporter's own polls) and "TTFT mean
+since the server started" (the page's baseline) are three quantities that may differ fifty-fold
+at one moment; each surface says which one it shows. tests/test_one_truth.py renders the
+surfaces from one scenario moment and checks that a quantity shown on two of them has the same
+label and the same value there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+QUANTILE_WINDOW = "5m"  # the recording rules' latency quantiles and means
+QUANTILE_WINDOW_WORDS = "over 5 min"
+SPARK_SLOT_SECONDS = 10.0  # one point of the glance page's sparklines
+USUAL_WINDOW = "1h"  # the decode-speed baseline the state classification compares against
+
+
+@dataclass(frozen=True)
+class Quantity:
+    key: str
+    subject: str  # what is measured: "TTFT"
+    statistic: str = ""  # "p95", "mean", "max"; empty for an instant value
+    window: str = ""  # "over 5 min", "since the server started"
+    record: str = ""  # the recording rule that computes it, where Prometheus does
+
+    @property
+    def qualifier(self) -> str:
+        """Statistic and window: a legend beside a panel titled with the subject."""
+        return " ".join(p for p in (self.statistic, self.window) if p)
+
+    @property
+    def label(self) -> str:
+        return " ".join(p for p in (self.subject, self.qualifier) if p)
+
+
+# SGLang's latency histograms: subject -> the histogram's name after `sglang:`.
+LATENCIES = {
+    "TTFT": "time_to_first_token_seconds",
+    "ITL": "inter_token_latency_seconds",
+    "E2E latency": "e2e_request_latency_seconds",
+    "Queue time": "queue_time_seconds",
+}
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+
+
+def _latency_quantities() -> dict[str, Quantity]:
+    out = {}
+    for subject, hist in LATENCIES.items():
+        short = hist.removesuffix("_seconds")
+        for name, _ in QUANTILES:
+            key = f"{short}_{name}_{QUANTILE_WINDOW}"
+            out[key] = Quantity(key, subject, name, QUANTILE_WINDOW_WORDS,
+                                f"instance_model:sglang_{hist}:{name}_{QUANTILE_WINDOW}")
+        key = f"{short}_mean_{QUANTILE_WINDOW}"
+        out[key] = Quantity(key, subject, "mean", QUANTILE_WINDOW_WORDS)
+    return out
+
+
+def _spark_window() -> str:
+    return f"per {SPARK_SLOT_SECONDS:g} s"
+
+
+QUANTITIES: dict[str, Quantity] = {
+    **_latency_quantities(),
+    # The glance page's own, from the exporter's polls of SGLang's counters.
+    "ttft_mean_slot": Quantity("ttft_mean_slot", "TTFT", "mean", _spark_window()),
+    "ttft_mean_since_start": Quantity("ttft_mean_since_start", "TTFT", "mean",
+                                      "since the server started"),
+    "e2e_request_latency_mean_since_start": Quantity(
+        "e2e_request_latency_mean_since_start", "E2E latency", "mean",
+        "since the server started"),
+    "arrivals_last_minute": Quantity("arrivals_last_minute", "Arrivals", "",
+                                     "in the last minute"),
+    # The state classification's inputs: the exporter's derived signals, recorded by the rules.
+    "decode_speed": Quantity("decode_speed", "Decode speed per request", "", "now",
+                             "instance:sglang_decode_speed_per_request:max"),
+    "decode_speed_usual": Quantity("decode_speed_usual", "Decode speed per request", "p90",
+                                   "over 1 h",
+                                   f"instance:sglang_decode_speed_per_request:p90_{USUAL_WINDOW}"),
+    "prefill_backlog": Quantity("prefill_backlog", "Prompt tokens waiting for prefill", "", "now",
+                                "instance:sglang_prefill_backlog_tokens:max"),
+    "kv_occupancy": Quantity("kv_occupancy", "KV occupancy", "", "now",
+                             "instance:sglang_kv_occupancy:ratio"),
+    "queue_continuous": Quantity("queue_continuous", "Continuous queueing", "", "now",
+                                 "instance:sglang_queue_nonempty_duration_seconds:max"),
+    "running": Quantity("running", "Running requests", "", "now",
+                        "instance:sglang_running_requests:max"),
+    "waiting": Quantity("waiting", "Waiting requests", "", "now",
+                        "instance:sglang_waiting_requests:max"),
+}
+
+
+def q(key: str) -> Quantity:
+    return QUANTITIES[key]
+
+
+def by_record(record: str) -> Quantity | None:
+    """The quantity a recording rule computes, if it is one a person reads."""
+    return next((x for x in QUANTITIES.values() if x.record == record), None)
