@@ -45,6 +45,7 @@ import math
 import random
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -136,10 +137,21 @@ class PrometheusSource:
         found = sorted({dict(k).get("instance", "") for k in prom.query_range(
             f"count by (instance) ({P}num_requests_total)", start, end,
             max(step, (end - start) / 100))})
-        if not found:
-            raise Failure("--instance: no SGLang server in this window: no "
-                          f"{P}num_requests_total between --start and --end")
+        if not found:  # the window is the problem, whatever --instance says
+            raise Failure(self._empty_window(prom, start, end))
         self.instance = pick_server(found, instance, "--instance", "this window")
+
+    @staticmethod
+    def _empty_window(prom, start: float, end: float) -> str:
+        text = (f"--start/--end: no SGLang server in this window: {prom.url} holds no "
+                f"{P}num_requests_total from {iso(start)} to {iso(end)}")
+        retention = prom.retention_seconds()
+        kept_from = time.time() - retention if retention else None
+        if kept_from is not None and start < kept_from:
+            days = retention / 86400
+            return (f"{text}, and the window starts before Prometheus's retention ({days:g} "
+                    f"day{'s' if days != 1 else ''}: nothing before {iso(kept_from)} is kept)")
+        return f"{text} (no SGLang server was scraped then)"
 
     def series(self, name, agg="sum", by=None):
         return pack.query_series(self.prom, name, agg, by, self.instance, self.start, self.end,

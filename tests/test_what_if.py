@@ -17,7 +17,7 @@ from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator import what_if
 from sglang_obs.simulator.render import Rendered
 
-from conftest import ROOT
+from conftest import ROOT, require_binary
 
 SIM = str(Path(sys.executable).parent / "sglang-sim")
 OBS = str(Path(sys.executable).parent / "sglang-obs")
@@ -160,6 +160,30 @@ def test_a_window_without_requests_is_a_one_line_failure():
     _native(r, "sglang:num_requests_total", [0] * r.steps)
     with pytest.raises(what_if.EstimateError, match="no requests in the window"):
         what_if.estimate(what_if.RenderedSource(r))
+
+
+@pytest.mark.parametrize(("retention", "names"), [
+    ("30d", ["no SGLang server in this window", "sglang:num_requests_total"]),
+    ("1d", ["before Prometheus's retention (1 day"]),
+])
+def test_a_window_without_data_names_the_window_not_an_option_not_given(tmp_path, retention,
+                                                                        names):
+    """`--start '3d ago'` on a Prometheus that holds nothing then: the window is the problem
+    (empty, or older than what Prometheus keeps), not --instance, which was not given."""
+    from sglang_obs.generate.backfill import prometheus
+
+    require_binary("prometheus")
+    with prometheus(tmp_path / "data", retention=retention) as url:
+        result = subprocess.run([SIM, "what-if", "--prometheus", url, "--start", "3d ago",
+                                 "--end", "2d ago", "--set", "max_running_requests=10"],
+                                capture_output=True, text=True, timeout=60)
+    print(result.stderr)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "--instance" not in result.stderr
+    assert result.stderr.startswith("sglang-sim what-if: --start/--end: ")
+    for name in names:
+        assert name in result.stderr
 
 
 def test_replay_runs_both_configurations_on_the_same_draws(known):
