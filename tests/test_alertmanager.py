@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 import yaml
 
+from sglang_obs.tools.alert_delivery import seconds
 from sglang_obs.tools.alert_sink import AlertSink
 
 from conftest import ROOT, require_binary
@@ -40,19 +41,16 @@ def test_routes_send_each_severity_to_its_receiver(labels, receiver):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.fixture
-def live(tmp_path):
-    """A real Alertmanager with the shipped config, receivers pointed at a local alert sink
-    and group timings shortened; nothing else changed."""
+def start_alertmanager(tmp_path, sink, adjust):
+    """A real Alertmanager with the shipped config, receivers pointed at `sink`, each route
+    (the top one first) passed to `adjust`; (process, URL) once it is ready."""
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     if binary is None:
         require_binary("prometheus-alertmanager")
-    sink = AlertSink("127.0.0.1", 0, [])
-    sink.start()
     text = CONFIG.read_text().replace("http://alert-sink:9095", f"http://127.0.0.1:{sink.port}")
     config = yaml.safe_load(text)
     for route in [config["route"], *config["route"]["routes"]]:
-        route.update(group_wait="0s", group_interval="1s")
+        adjust(route)
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(config))
     port = free_port()
@@ -69,6 +67,17 @@ def live(tmp_path):
         assert proc.poll() is None, (tmp_path / "am.log").read_text()
         assert time.monotonic() < deadline, "alertmanager did not become ready"
         time.sleep(0.1)
+    return proc, url
+
+
+@pytest.fixture
+def live(tmp_path):
+    """A real Alertmanager with the shipped config, receivers pointed at a local alert sink
+    and group timings shortened; nothing else changed."""
+    sink = AlertSink("127.0.0.1", 0, [])
+    sink.start()
+    proc, url = start_alertmanager(
+        tmp_path, sink, lambda route: route.update(group_wait="0s", group_interval="1s"))
     yield url, sink
     proc.terminate()
     proc.wait(timeout=10)
@@ -211,3 +220,41 @@ def test_notifications_reach_the_sink_by_severity_and_watchdog_reaches_the_deadm
     time.sleep(2)  # anything else that was going to arrive has arrived
     assert delivered() == {("deadman", "Watchdog"), ("pager", "SGLangServerDown"),
                            ("ticket", "SGLangPrefillBacklog")}
+
+
+def _scaled(duration: str, factor: float) -> str:
+    return f"{round(seconds(duration, 0) * 1000 * factor)}ms"
+
+
+@pytest.mark.slow  # watches 6 heartbeats
+def test_the_watchdog_heartbeat_arrives_at_one_regular_gap(tmp_path):
+    """A dead-man receiver is set up with one expected gap: every heartbeat must come one
+    group_interval after the last (Alertmanager checks repeat_interval only at a group's
+    flushes, so repeat_interval = group_interval skipped every other flush: gaps of 60/120 s).
+    The Watchdog route's timings run 20 times faster here; nothing else changes."""
+    shipped = next(r for r in yaml.safe_load(CONFIG.read_text())["route"]["routes"]
+                   if r["matchers"] == ['alertname="Watchdog"'])
+    factor = 1 / 20
+    gap = seconds(shipped["group_interval"], 0) * factor
+
+    def faster(route):
+        if route.get("matchers") == ['alertname="Watchdog"']:
+            route.update({k: _scaled(route[k], factor)
+                          for k in ("group_wait", "group_interval", "repeat_interval")})
+
+    sink = AlertSink("127.0.0.1", 0, [])
+    sink.start()
+    proc, url = start_alertmanager(tmp_path, sink, faster)
+    try:
+        post(url, {"alertname": "Watchdog", "severity": "none"})
+        beats = wait_for(lambda: (b := [e["time"] for e in sink.received
+                                        if e["labels"]["alertname"] == "Watchdog"])[6:] and b,
+                         gap * 14, interval=0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        sink.stop()
+    gaps = [b - a for a, b in zip(beats, beats[1:], strict=False)]
+    print(f"expected gap {gap:.2f} s; gaps " + ", ".join(f"{g:.2f}" for g in gaps))
+    assert len(gaps) >= 6, f"{len(beats)} heartbeats in {gap * 14:.0f} s: {gaps}"
+    assert all(abs(g - gap) < gap / 4 for g in gaps), gaps
