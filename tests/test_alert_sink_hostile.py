@@ -226,7 +226,30 @@ def test_huge_labels_and_annotations_make_one_line_of_at_most_4_kib(sink):
     assert entry["labels"]["alertname"] == "Big"
     assert entry["annotations"]["summary"] == "s" * bounds.ANNOTATION_VALUE_MAX
     assert len(entry["status"]) <= bounds.FIELD_MAX
+    before = sink.sizes()  # the same again: marked a duplicate, still within the line's bound
+    assert exchange(sink.port, post("/pager", payload([alert]))) == 200
+    assert 0 < sink.growth(before)["file"] <= bounds.LINE_MAX
+    assert json.loads(sink.log.read_text().splitlines()[-1])["duplicate"] is True
     assert_alive_and_quick(sink)
+
+
+def test_what_the_sink_remembers_for_duplicates_is_bounded():
+    """A sender of ever new alerts grows the memory of what each group sent to SEEN_MAX
+    alerts, no further: the oldest is forgotten (sent again, it is news)."""
+    sink = bounds.AlertSink("127.0.0.1", 0, [])
+    try:
+        for i in range(0, bounds.SEEN_MAX + 1000, 1000):
+            sink.record("r", [{"status": "firing", "labels": {"alertname": "A", "n": str(n)}}
+                              for n in range(i, i + 1000)], "g")
+        assert len(sink._seen) == bounds.SEEN_MAX
+        sink.record("r", [{"status": "firing", "labels": {"alertname": "A", "n": "0"}},
+                          {"status": "firing", "labels": {"alertname": "A",
+                                                          "n": str(bounds.SEEN_MAX)}}], "g")
+        first, recent = sink.received[-2:]
+        assert "duplicate" not in first
+        assert recent["duplicate"] is True
+    finally:
+        sink.stop()
 
 
 def test_get_alerts_returns_at_most_the_last_keep_alerts(sink):

@@ -258,3 +258,42 @@ def test_the_watchdog_heartbeat_arrives_at_one_regular_gap(tmp_path):
     print(f"expected gap {gap:.2f} s; gaps " + ", ".join(f"{g:.2f}" for g in gaps))
     assert len(gaps) >= 6, f"{len(beats)} heartbeats in {gap * 14:.0f} s: {gaps}"
     assert all(abs(g - gap) < gap / 4 for g in gaps), gaps
+
+
+@pytest.mark.slow  # waits for three deliveries
+def test_a_resolved_alert_that_a_group_sends_again_is_logged_as_a_duplicate(live):
+    """Alertmanager sends a group's whole state each time, and Prometheus re-sends a resolved
+    alert for 15 minutes, so the group's next notification carries that "resolved" again. The
+    sink logs it, marked as a duplicate: a reader counting events counts it once."""
+    url, sink = live
+    a = {"alertname": "SGLangPrefillBacklog", "severity": "warning", "instance": "a:30000"}
+    b = {"alertname": "SGLangDecodeContention", "severity": "warning", "instance": "a:30000"}
+
+    def lines(name, status):
+        return [e for e in sink.received
+                if e["labels"]["alertname"] == name and e["status"] == status]
+
+    post(url, a, b)
+    assert wait_for(lambda: lines(b["alertname"], "firing"), 15, interval=0.1)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    post_ended(url, now, a)  # the backlog is over: its "resolved", with b still firing
+    assert wait_for(lambda: lines(a["alertname"], "resolved"), 15, interval=0.1)
+    post_ended(url, now, a, b)  # Prometheus re-sends a's "resolved"; b is over too
+    assert wait_for(lambda: lines(b["alertname"], "resolved"), 15, interval=0.1)
+    time.sleep(2)  # a flush that was going to come has come
+    resolved = lines(a["alertname"], "resolved")
+    print(json.dumps(resolved, indent=1))
+    assert len(resolved) == 2, resolved  # Alertmanager did deliver it twice...
+    assert [e.get("duplicate", False) for e in resolved] == [False, True]  # ...one event
+    assert [e.get("duplicate", False) for e in lines(b["alertname"], "resolved")] == [False]
+    firing_b = lines(b["alertname"], "firing")  # in the first and the second notification
+    assert [e.get("duplicate", False) for e in firing_b] == [False] + [True] * (
+        len(firing_b) - 1)
+
+
+def post_ended(url, ends_at, *alerts):
+    body = json.dumps([{"labels": labels, "annotations": {"summary": "test."},
+                        "endsAt": ends_at} for labels in alerts]).encode()
+    request = urllib.request.Request(url + "/api/v2/alerts", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    assert urllib.request.urlopen(request, timeout=5).status == 200

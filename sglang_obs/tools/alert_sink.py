@@ -5,6 +5,12 @@ receiver, status, labels, annotations, startsAt) to stdout and optionally a file
 returns the last alerts received (the tests read it); GET / a short summary. Only labels and
 annotations are kept: payloads carry nothing else worth logging, and nothing secret.
 
+Alertmanager sends a group's whole state each time, and Prometheus re-sends a resolved alert for
+15 minutes, so a group's later notification carries alerts the receiver already had (a
+"resolved" again, alongside the news). Such a line says `"duplicate": true`: the same alert
+(labels, startsAt) in the same status as the group last sent it. A reader counting events counts
+the lines without it.
+
 Whatever a sender does, the sink's cost stays bounded (docs/security.md, "Alert sink bounds"):
 a request is read within a deadline and up to a size, answered 400/408/411/413/414 otherwise
 with one log line; every alert becomes one line of at most LINE_MAX bytes; the log file
@@ -40,6 +46,7 @@ MAX_CONNECTIONS = 256           # open at once; one more is closed unanswered
 MAX_BODIES = 8                  # request bodies read at once (the "workers"); others wait
 MAX_ALERTS = 1_000              # alerts logged from one request; the rest are counted rejected
 KEEP = 1_000                    # alerts kept in memory for GET /alerts
+SEEN_MAX = 10_000               # last status of this many (group, alert) kept for `duplicate`
 LINE_MAX = 4 * 1024             # bytes of one logged line, newline included
 RECEIVER_MAX = 64               # characters of the receiver (the request path)
 NAME_MAX = 128                  # characters of a label or annotation name
@@ -124,6 +131,9 @@ class AlertSink:
                  log_max_bytes: int = LOG_MAX_BYTES, log_backups: int = LOG_BACKUPS,
                  timeout: float = TIMEOUT):
         self._received: collections.deque[dict] = collections.deque(maxlen=KEEP)
+        # (group, alert digest) -> (status, startsAt, notification) last logged, oldest first
+        self._seen: collections.OrderedDict[tuple[str, str], tuple[str, str, int]] = \
+            collections.OrderedDict()
         self.rejected = 0
         self.notifications = 0  # requests recorded (one per Alertmanager notification)
         self.timeout = timeout
@@ -171,6 +181,8 @@ class AlertSink:
                 if entry is None:
                     self.rejected += 1
                     continue
+                if self._repeats(entry):
+                    entry["duplicate"] = True
                 self._received.append(entry)
                 lines.append(json.dumps(entry, sort_keys=True) + "\n")
             text = "".join(lines)
@@ -181,6 +193,20 @@ class AlertSink:
                 except (OSError, ValueError) as err:  # a closed stdout, a full disk
                     self._note_reject(f"cannot write an alert line: {err}")
         return len(lines)
+
+    def _repeats(self, entry: dict) -> bool:
+        """Whether an earlier notification of the entry's group last sent its alert in this
+        same status (and startsAt); records this one as the last either way. Alertmanager
+        never lists an alert twice in one notification, so a sender's copies within one
+        request are not compared (nor lengthened)."""
+        alert = hashlib.sha256(json.dumps(entry["labels"], sort_keys=True).encode()).hexdigest()
+        key = (entry["group"], alert[:16])
+        state = (entry["status"], entry["startsAt"])
+        before = self._seen.pop(key, None)
+        self._seen[key] = (*state, entry["notification"])
+        if len(self._seen) > SEEN_MAX:
+            self._seen.popitem(last=False)
+        return before is not None and before[:2] == state and before[2] != entry["notification"]
 
     def summary(self) -> dict:
         counts: dict[str, int] = {}
@@ -418,8 +444,10 @@ def bounded_entry(now: float, receiver: str, alert: object, notification: int = 
            | (len(receiver) > RECEIVER_MAX) | (max(len(status), len(starts_at)) > FIELD_MAX))
     entry = {"time": now, "receiver": receiver[:RECEIVER_MAX], "status": status[:FIELD_MAX],
              "labels": {}, "annotations": {}, "startsAt": starts_at[:FIELD_MAX],
-             "notification": notification, "group": group[:FIELD_MAX], "truncated": True}
+             "notification": notification, "group": group[:FIELD_MAX], "truncated": True,
+             "duplicate": True}  # room kept for it: record() sets it after
     room = LINE_MAX - 1 - len(json.dumps(entry))
+    del entry["duplicate"]
     for where, name, value in _by_priority(labels, annotations):
         cost = len(json.dumps(name)) + len(json.dumps(value)) + 4  # ": " and ", "
         if cost <= room:
