@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 import yaml
 
+from sglang_obs.core.times import iso
 from sglang_obs.tools import alert_delivery as delivery
 from sglang_obs.tools.snapshot import report
 
@@ -109,7 +110,8 @@ def test_the_report_lists_reached_and_stopped_alerts_apart(tmp_path):
     for a in alerts.values():
         a["description"] = delivery.describe(a)
         a["first_firing"] = a["last_firing"] = "2027-01-15T08:00:00Z"
-        a["episodes"] = a.pop("_episodes")
+        a["episodes"] = [{"from": iso(e["start"]), "to": iso(e["end"]), "seconds": e["seconds"],
+                          "verdict": e["verdict"]} for e in a.pop("_episodes")]
         del a["all_labels"]
         listed.append(a)
     summary = {"window": {"from": "a", "to": "b"}, "servers": {}, "alerts": listed}
@@ -158,3 +160,26 @@ def _answers(url):
         return urllib.request.urlopen(url, timeout=1).status == 200
     except OSError:
         return False
+
+
+def test_a_log_holding_the_alert_s_notifications_decides_each_episode_it_covers():
+    """The log has the first episode's notifications and nothing else (no heartbeat around
+    them): that episode reached the receiver by the log; the second, seven minutes later and
+    past the log's end, is left to timing; the alert is notified, by the log."""
+    labels = {"alertname": "SGLangPrefillBacklog", "severity": "warning",
+              "instance": "sglang:30000"}
+    log = [{"time": T0 + 130, "receiver": "ticket", "status": "firing", "labels": labels},
+           {"time": T0 + 420, "receiver": "ticket", "status": "resolved", "labels": labels}]
+    out = judged(alert("SGLangPrefillBacklog", "warning", (100, 400), (820, 1000)), log=log)
+    backlog = out["SGLangPrefillBacklog"]
+    assert (backlog["delivery"]["verdict"], backlog["delivery"]["source"]) == (
+        "notified", "alert-sink log")
+    assert backlog["delivery"]["first_notified_at"] == T0 + 130
+    assert [e["verdict"] for e in backlog["_episodes"]] == ["notified", "notified"]
+    # a log that covers the second episode and has nothing for it says so, for that episode
+    log.append({"time": T0 + 1100, "receiver": "deadman", "status": "firing",
+                "labels": {"alertname": "Watchdog"}})
+    out = judged(alert("SGLangPrefillBacklog", "warning", (100, 400), (820, 1000)), log=log)
+    assert [e["verdict"] for e in out["SGLangPrefillBacklog"]["_episodes"]] == [
+        "notified", "not_notified"]
+    assert out["SGLangPrefillBacklog"]["delivery"]["verdict"] == "notified"

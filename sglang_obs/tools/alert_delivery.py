@@ -8,8 +8,8 @@ group_wait reached Alertmanager and stopped there: it only flickered.
 
 What each verdict rests on, best first (`source` in summary.json):
 - `alert-sink log`: the bundled sink's alerts.jsonl (`--alerts-log`) records every notification
-  a receiver got: an alert is `notified` when a firing notification for it is there, and
-  `not_notified` when the log covers its time and none is;
+  a receiver got: an episode is `notified` when a firing notification for it is there, whatever
+  else the log holds, and `not_notified` when the log covers its time and none is;
 - `timing`: otherwise, each firing episode (from the ALERTS series, at the snapshot's step) is
   set against the route's group_wait and the inhibition rules of the Alertmanager configuration
   (the running one's, with `--alertmanager`; else alertmanager/alertmanager.yml): an episode at
@@ -202,7 +202,6 @@ def judge(alerts: list[dict], config: AlertmanagerConfig, window_start: float,
         labels = alert["all_labels"]
         route = config.route(labels)
         episodes = alert["_episodes"]
-        first, last = episodes[0]["start"], episodes[-1]["end"]
         delivery: dict = {"receiver": route.receiver, "group_wait_seconds": route.group_wait,
                           "config": config.origin}
         now_in_am = next((a for a in held or [] if _same_alert(labels, a.get("labels") or {})),
@@ -232,26 +231,41 @@ def judge(alerts: list[dict], config: AlertmanagerConfig, window_start: float,
         by_timing = next((v for v in ("notified", "inhibited", "flickered", "not_routed")
                           if any(e["verdict"] == v for e in episodes)), "flickered")
         delivery["verdict"], delivery["source"] = by_timing, "timing"
-        if log_span is not None and route.has_configs and \
-                log_span[0] <= first + route.group_wait and last <= log_span[1] + 1:
-            sent = sorted((e for e in log if e.get("status") == "firing"
-                           and _same_alert({k: v for k, v in labels.items()
-                                            if k in ("alertname", "instance", "severity")},
-                                           e["labels"])
-                           and first - 60 <= e.get("time", 0) <= last + route.group_interval
-                           + 60), key=lambda e: e.get("time", 0))
-            delivery["source"] = "alert-sink log"
-            if sent:
-                delivery["verdict"] = "notified"
-                delivery["receiver"] = sent[0].get("receiver", route.receiver)
-                delivery["first_notified_at"] = sent[0].get("time")
-            else:
-                delivery["verdict"] = "not_notified" if by_timing == "notified" else by_timing
+        if log and route.has_configs:
+            _from_log(delivery, episodes, labels, route, log, log_span)
         if now_in_am is not None and delivery["alertmanager"]["silenced_by"]:
             delivery["verdict"] = "silenced"
         if notes:
             delivery["note"] = "; ".join(sorted(set(notes)))
         alert["delivery"] = delivery
+
+
+def _from_log(delivery: dict, episodes: list[dict], labels: dict[str, str], route: Route,
+              log: list[dict], log_span: tuple[float, float]) -> None:
+    """The sink's log decides each episode it has a firing notification for (notified), and
+    each it covers without one (not notified, where timing said notified); the others keep
+    their timing verdict. The alert's source is the log when it decided any episode."""
+    key = {k: v for k, v in labels.items() if k in ("alertname", "instance", "severity")}
+    sent = sorted((e for e in log if e.get("status") == "firing"
+                   and _same_alert(key, e["labels"])), key=lambda e: e.get("time", 0))
+    first, decided = None, False
+    for e in episodes:
+        got = [s for s in sent if e["start"] - 60 <= s.get("time", 0)
+               <= e["end"] + route.group_interval + 60]
+        if got:
+            e["verdict"], decided = "notified", True
+            first = first or got[0]
+        elif log_span[0] <= e["start"] + route.group_wait and e["end"] <= log_span[1] + 1:
+            e["verdict"] = "not_notified" if e["verdict"] == "notified" else e["verdict"]
+            decided = True
+    if first is not None:
+        delivery.update(verdict="notified", source="alert-sink log",
+                        receiver=first.get("receiver", route.receiver),
+                        first_notified_at=first.get("time"))
+    elif decided and not any(e["verdict"] == "notified" for e in episodes):
+        delivery["source"] = "alert-sink log"
+        delivery["verdict"] = next(v for v in ("not_notified", "inhibited", "flickered")
+                                   if any(e["verdict"] == v for e in episodes))
 
 
 def describe(alert: dict) -> str:
