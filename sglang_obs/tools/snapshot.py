@@ -328,8 +328,7 @@ def report(summary: dict, charts: list[str]) -> str:
                          ("Fired in Prometheus, reached no receiver", stopped)):
         if group:
             lines += [f"**{title}:**", ""]
-            lines += [f"- {a['alertname']} ({a['severity']}) {a['first_firing']} – "
-                      f"{a['last_firing']}"
+            lines += [f"- {a['alertname']} ({a['severity']}) firing {_episodes_text(a)}"
                       + (f" on {a['labels']['instance']}" if a["labels"].get("instance") else "")
                       + f": {a['description']}." for a in group]
             lines += [""]
@@ -338,6 +337,15 @@ def report(summary: dict, charts: list[str]) -> str:
               "`load.json`, which `sglang-obs compare --before-pack` and `sglang-sim what-if "
               "--pack` read (docs/snapshot.md).", ""]
     return "\n".join(lines)
+
+
+def _episodes_text(alert: dict) -> str:
+    """Each firing episode as summary.json has it, in order; one whose fate differs from the
+    alert's verdict says its own."""
+    verdict = alert["delivery"]["verdict"]
+    return ", ".join(f"{e['from']} – {e['to']}" + (
+        f" ({e['verdict'].replace('_', ' ')})" if e["verdict"] != verdict else "")
+        for e in alert["episodes"])
 
 
 # (title, unit, ((column, legend, factor), ...)) of the snapshot chart's line panels.
@@ -445,6 +453,15 @@ def requests_report(section: dict) -> list[str]:
             *analyze_requests.slowest_table(section["slowest"]), "```", ""]
 
 
+def written(out: Path) -> list[Path]:
+    """The files of the pack in `out`, in reading order: the report, the summary, the series,
+    what compare and what-if read, then the charts. All of them: --out was new or empty."""
+    first = ["report.md", "summary.json", "series.csv", pack.WINDOWS, pack.LOAD]
+    names = {p.name for p in Path(out).iterdir()}
+    return [Path(out) / n for n in [*(n for n in first if n in names),
+                                    *sorted(names - set(first))]]
+
+
 def take(prometheus_url: str, start: str, end: str, out: Path,
          instances: list[str] | None = None, step: float | None = None, *,
          alertmanager: str | None = None, alerts_log: Path | None = None,
@@ -457,6 +474,9 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
     now = time.time()
     window = Window(parse_time(start, now, "--from", SnapshotUsageError),
                     parse_time(end, now, "--to", SnapshotUsageError), step)
+    if window.end > now:
+        raise SnapshotUsageError(f"--to: in the future ({iso(window.end)}, now {iso(now)}): a "
+                                 "snapshot covers what Prometheus has recorded")
     if window.end <= window.start:
         raise SnapshotUsageError(f"empty window: --from {iso(window.start)} is not before --to "
                                  f"{iso(window.end)}")
