@@ -155,14 +155,16 @@ def build_parser() -> OneLineParser:
                        help="instead: N simulated hosts shipping into a central VictoriaMetrics "
                        "with vmalert (sglang-obs fleet up N; --demo: the first host replays "
                        "the long-context incident)")
-    stack.add_argument("--clusters", type=_positive, default=2, help="with --fleet: clusters (2)")
+    stack.add_argument("--clusters", type=_positive,
+                       help="with --fleet: clusters, at most N (default 2, or 1 for one host)")
     fleet = sub.add_parser("fleet", help="many hosts into one store (docs/fleet.md)")
     fleet_sub = fleet.add_subparsers(dest="fleet_command", required=True)
     fleet_up = fleet_sub.add_parser(
         "up", help="N simulated hosts (simulator, exporter, vmagent) and the central side "
         "(VictoriaMetrics, vmalert, Alertmanager, alert sink), native binaries")
     fleet_up.add_argument("fleet", type=_positive, metavar="N", help="hosts")
-    fleet_up.add_argument("--clusters", type=_positive, default=2, help="clusters (2)")
+    fleet_up.add_argument("--clusters", type=_positive,
+                          help="clusters, at most N (default 2, or 1 for one host)")
     fleet_up.add_argument("--demo", action="store_true",
                           help="the first host replays the long-context incident")
     fleet_up.add_argument("--dir", help="working folder for configs, data and logs")

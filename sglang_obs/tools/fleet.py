@@ -18,6 +18,7 @@ Prometheus agent mode) and `sglang-obs fleet shipper-flags` vmagent's flags.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -30,11 +31,11 @@ from pathlib import Path
 
 import yaml
 
-from sglang_obs.core.cli_support import folder
+from sglang_obs.core.cli_support import UsageError, folder
 from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.sglang import EXPORTER_ADDRESS
 from sglang_obs.render import shipper
-from sglang_obs.tools.stack import BIN, Component, NativeStack, StackError, _which
+from sglang_obs.tools.stack import BIN, Component, NativeStack, StackError, _which, pids
 
 INCIDENT = "long-context-incident"
 QUIET = "healthy"
@@ -227,13 +228,26 @@ def vmalert_args(store: str, alertmanager: str, listen: str, s: Settings) -> lis
 
 
 def up(args, s: Settings) -> int:
+    clusters = args.clusters or min(2, args.fleet)
+    if clusters > args.fleet:  # a cluster without a host would ship nothing
+        hosts = f"{args.fleet} host{'s' if args.fleet > 1 else ''}"
+        raise UsageError(f"--clusters {clusters}: more clusters than the fleet's {hosts}; "
+                         f"give at most {args.fleet}")
     if args.dir:
         workdir = folder("--dir", Path(args.dir))
     else:
         workdir = Path(tempfile.mkdtemp(prefix="sglang-fleet-"))
     # `fleet up --demo` is a flag; `stack up --native --fleet N --demo` a list (maybe empty).
     demo = args.demo if isinstance(args.demo, bool) else args.demo is not None
-    fleet = Fleet.simulated(workdir, args.fleet, clusters=args.clusters, demo=demo, s=s)
+    fleet = Fleet.simulated(workdir, args.fleet, clusters=clusters, demo=demo, s=s)
+    stop = False
+
+    def handler(*_):
+        nonlocal stop
+        stop = True
+
+    # From the first start on: a SIGTERM that came before the loop stops the parts too.
+    signal.signal(signal.SIGTERM, handler)
     try:
         fleet.prepare()
         fleet.start()
@@ -248,14 +262,8 @@ def up(args, s: Settings) -> int:
     for h in fleet.hosts:
         print(f"  {h.cluster}/{h.name}: {h.scenario}, SGLang {h.instance}, exporter "
               f"127.0.0.1:{h.exporter_port}, vmagent 127.0.0.1:{h.agent_port}", flush=True)
-    print("Ctrl-C stops everything.", flush=True)
-    stop = False
-
-    def handler(*_):
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, handler)
+    print(f"PIDs            {pids(fleet.stack)}\n"
+          f"Ctrl-C stops everything (or kill {os.getpid()}).", flush=True)
     try:
         while not stop and all(c.proc.poll() is None for c in fleet.stack.components):
             time.sleep(0.5)

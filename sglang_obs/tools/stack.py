@@ -24,7 +24,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +41,14 @@ BIN = Path(sys.executable).parent
 DEFAULT_PORTS = {"alert-sink": 9095, "alertmanager": 9093, "prometheus": 9090,
                  "exporter": EXPORTER_PORT}
 SIM_PORT = SGLANG_PORT  # the first simulator's; the next ones count up
+PROBE_SECONDS = 5.0  # how long a --sglang-url has to answer before the banner says it does not
+PORT_TAKEN = re.compile(r"address already in use", re.IGNORECASE)
 
 
 class StackError(RuntimeError):
-    pass
+    def __init__(self, message: str, port_taken: bool = False):
+        super().__init__(message)
+        self.port_taken = port_taken  # another program holds the part's port
 
 
 class Stopped(Exception):  # a signal, not a failure
@@ -240,8 +246,9 @@ class NativeStack:
         deadline = time.monotonic() + timeout
         while True:
             if c.proc.poll() is not None:
-                raise StackError(f"{c.name} (port {c.port}) did not start: "
-                                 f"{error_line(c.log.read_text(errors='replace'))}")
+                why = error_line(c.log.read_text(errors="replace"))
+                raise StackError(f"{c.name} (port {c.port}) did not start: {why}",
+                                 port_taken=PORT_TAKEN.search(why) is not None)
             answered = False
             with contextlib.suppress(OSError):
                 answered = urllib.request.urlopen(c.ready_url, timeout=1).status == 200
@@ -250,7 +257,8 @@ class NativeStack:
             if time.monotonic() > deadline:
                 why = ("another program answers on its port" if answered
                        else f"{c.ready_url} does not answer")
-                raise StackError(f"{c.name} (port {c.port}) not up after {timeout:.0f} s: {why}")
+                raise StackError(f"{c.name} (port {c.port}) not up after {timeout:.0f} s: {why}",
+                                 port_taken=answered)
             time.sleep(0.1)
 
     def dead(self) -> Component | None:
@@ -274,6 +282,42 @@ class NativeStack:
                 except subprocess.TimeoutExpired:
                     c.proc.kill()
                     c.proc.wait()
+
+
+def pids(stack: NativeStack) -> str:
+    """Each running part's name and PID, as the banners print them."""
+    return ", ".join(f"{c.name} {c.proc.pid}" for c in stack.components if c.proc)
+
+
+def unreachable(url: str, within: float) -> str | None:
+    """Why `url` gave no HTTP answer within `within` seconds (None once it answers: any status,
+    a 503 of a server still loading too)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            urllib.request.urlopen(url.rstrip("/") + "/health",
+                                   timeout=max(deadline - time.monotonic(), 0.1))
+            return None
+        except urllib.error.HTTPError:
+            return None
+        except (OSError, ValueError) as err:
+            why = one_line(getattr(err, "reason", None) or err, 120)
+        if time.monotonic() >= deadline:
+            return why
+        time.sleep(0.5)
+
+
+def _report_unreachable(urls: list[str]) -> None:
+    """One line per --sglang-url that does not answer: the stack runs on, and the exporter
+    keeps polling it."""
+    def probe(url: str) -> None:
+        why = unreachable(url, PROBE_SECONDS)
+        if why is not None:
+            print(f"SGLang {url} unreachable: no answer within {PROBE_SECONDS:.0f} s ({why}); "
+                  "the stack keeps running and the exporter keeps trying", flush=True)
+
+    for url in urls:
+        threading.Thread(target=probe, args=(url,), daemon=True).start()
 
 
 def _override_global(path: Path) -> dict:
@@ -319,16 +363,23 @@ def up(args, s: Settings) -> int:
                 return 130
             if isinstance(err, Failure):
                 raise
-            raise Failure(str(err) if not isinstance(err, OSError) else
-                          f"{err.filename or workdir}: {err.strerror or err}") from None
-        print(f"Prometheus   {stack.url('prometheus')}\n"
+            if isinstance(err, OSError):
+                raise Failure(f"{err.filename or workdir}: {err.strerror or err}") from None
+            hint = ("; --free-ports picks free ones, --port PART=PORT pins one"
+                    if err.port_taken else "")
+            raise Failure(f"{err}{hint}") from None
+        print(f"Glance page  {stack.url('exporter')}/\n"
+              f"Prometheus   {stack.url('prometheus')}\n"
               f"Alertmanager {stack.url('alertmanager')}\n"
+              f"Alert sink   {stack.url('alert-sink')}/\n"
               f"Exporter     {stack.url('exporter')}/metrics\n"
               + "".join(f"Simulator    {stack.url(c.name)} ({c.name})\n"
                         for c in stack.components if c.name.startswith("sglang-sim-"))
               + f"Alerts log   {workdir / 'alerts.jsonl'}\n"
               f"Data, logs   {workdir} (kept after a stop)\n"
+              f"PIDs         {pids(stack)}\n"
               f"Ctrl-C stops everything (or kill {os.getpid()}).", flush=True)
+        _report_unreachable(stack.sglang_urls)
         try:
             while (dead := stack.dead()) is None:
                 time.sleep(0.5)
