@@ -7,9 +7,11 @@ demo simulator, and an override file for the Prometheus global section (shorter 
 
 A part is up when its own process listens on its port and its health endpoint answers
 (Prometheus and Alertmanager /-/ready, the exporter /metrics, the simulator /health, the alert
-sink /): another program answering on a taken port does not count. The banner is printed once
-every part is up. If one fails, the others are stopped, the command exits 1 with that part's
-own error line (from its log), and the run's folder is removed (with --dir: what this run added
+sink /): another program answering on a taken port does not count. The banner (every URL a user
+opens, and the PIDs) is printed once every part is up; a --sglang-url that gives no HTTP answer
+within PROBE_SECONDS then gets one line saying so, and the stack runs on. If one part fails, the
+others are stopped, the command exits 1 with that part's own error line (from its log; a taken
+port also names --free-ports), and the run's folder is removed (with --dir: what this run added
 to it; what was there before stays).
 """
 
