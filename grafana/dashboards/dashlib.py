@@ -499,19 +499,12 @@ def dp_rate(metric: str, selector: str = SG, by: str = "instance") -> str:
 
 
 def quantile_queries(histogram: str, per: str = "{{instance}} {{model_name}}") -> list:
-    """p50/p95/p99 from the recording rules, and the mean over the same window; each legend
+    """p50/p95/p99 and the mean from the recording rules, all over one window; each legend
     names its quantity's statistic and window (sglang_obs/core/quantities.py)."""
     short = histogram.removesuffix("_seconds")
-    queries = []
-    for name, _ in quantities.QUANTILES:
-        x = quantities.q(f"{short}_{name}_{quantities.QUANTILE_WINDOW}")
-        queries.append((f"{x.record}{{{IM}}}", f"{per} {x.qualifier}"))
-    mean = quantities.q(f"{short}_mean_{quantities.QUANTILE_WINDOW}")
-    window = quantities.QUANTILE_WINDOW
-    queries.append((ratio(rate(f"sglang:{histogram}_sum", SG, "instance, model_name", window),
-                          rate(f"sglang:{histogram}_count", SG, "instance, model_name", window)),
-                    f"{per} {mean.qualifier}"))
-    return queries
+    stats = [name for name, _ in quantities.QUANTILES] + ["mean"]
+    return [(f"{x.record}{{{IM}}}", f"{per} {x.qualifier}")
+            for x in (quantities.q(f"{short}_{s}_{quantities.QUANTILE_WINDOW}") for s in stats)]
 
 
 def bucket_rate(histogram: str, selector: str = SG) -> str:

@@ -1,7 +1,7 @@
 """SGLang / Latency (uid sglang-latency): distributions, quantiles, queueing and per-stage time.
 
 The SLO alerts link here. Heatmaps are bucket rates (`sum by (le)`), quantiles come from the
-5 min recording rules and means from `_sum / _count` over the same 5 min, each legend naming its
+5 min recording rules, means from the same window's recording rules, each legend naming its
 statistic and window (sglang_obs/core/quantities.py).
 """
 

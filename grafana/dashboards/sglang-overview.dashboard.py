@@ -17,6 +17,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 
 import dashlib as d
 
+NOW, USUAL = d.quantities.q("decode_speed"), d.quantities.q("decode_speed_usual")
+
 TTFT_LE, ITL_LE = d.slo_le("ttft"), d.slo_le("itl")
 QUEUE_S = float(d.CLASSIFY["scheduling_queue_seconds"])
 LONG_QUEUE = float(d.ALERTS["long_queueing_seconds"])
@@ -140,9 +142,8 @@ pressure = [
     d.timeseries("Decode speed per request",
                  "Generation tokens per second one request sees, against its usual good speed "
                  f"(p90 over 1 h, dashed); contention below {COLLAPSE:g}x of it at the limit.",
-                 [(f"instance:sglang_decode_speed_per_request:max{{{d.INST}}}", "{{instance}}"),
-                  (f"instance:sglang_decode_speed_per_request:p90_1h{{{d.INST}}}",
-                   "{{instance}} usual (p90 1h)")],
+                 [(f"{NOW.record}{{{d.INST}}}", f"{{{{instance}}}} {NOW.qualifier}"),
+                  (f"{USUAL.record}{{{d.INST}}}", f"{{{{instance}}}} {USUAL.qualifier}")],
                  d.TOKENS_PER_S, min_=0, overrides=d.dashed("B")),
     d.timeseries("Running / effective max",
                  f"Running batch as a share of its limit; at the limit from {AT_LIMIT:g}.",

@@ -58,7 +58,8 @@ def _latency_quantities() -> dict[str, Quantity]:
             out[key] = Quantity(key, subject, name, QUANTILE_WINDOW_WORDS,
                                 f"instance_model:sglang_{hist}:{name}_{QUANTILE_WINDOW}")
         key = f"{short}_mean_{QUANTILE_WINDOW}"
-        out[key] = Quantity(key, subject, "mean", QUANTILE_WINDOW_WORDS)
+        out[key] = Quantity(key, subject, "mean", QUANTILE_WINDOW_WORDS,
+                            f"instance_model:sglang_{hist}:mean_{QUANTILE_WINDOW}")
     return out
 
 

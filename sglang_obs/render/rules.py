@@ -53,14 +53,10 @@ SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 # (severity, long window, short window, burn factor, for) — SRE workbook, alerting.md §2.
 BURN_RATES = (("critical", "1h", "5m", 14.4, "2m"), ("critical", "6h", "30m", 6, "15m"),
               ("warning", "1d", "2h", 3, "1h"), ("warning", "3d", "6h", 1, "3h"))
-QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 # The saturation states: a server in one of them is slow for a reason the state names. Their
 # alerts are the one notification of an incident; the symptoms they explain stay silent.
 SATURATION_STATES = ("prefill_backlog", "decode_contention", "kv_capacity",
                      "scheduling_bottleneck")
-LATENCY_HISTOGRAMS = (
-    ("time_to_first_token_seconds", "TTFT"), ("inter_token_latency_seconds", "ITL"),
-    ("e2e_request_latency_seconds", "E2E"), ("queue_time_seconds", "queue time"))
 
 
 @dataclass(frozen=True)
@@ -162,13 +158,23 @@ def recording_groups(t: dict) -> list[Group]:
   / ({by} (rate(sglang:prompt_tokens_total{{{s}}}[{window}])) > 0)""",
             "Prefix-cache hit ratio from counters: the cache_hit_rate gauge is per batch and "
             "was zeroed by decode reports up to 0.5.17."))
-    for hist, label in LATENCY_HISTOGRAMS:
-        for qname, q in QUANTILES:
+    window = quantities.QUANTILE_WINDOW
+    for hist in quantities.LATENCIES.values():
+        short = hist.removesuffix("_seconds")
+        for qname, q in quantities.QUANTILES:
+            x = quantities.q(f"{short}_{qname}_{window}")
             serving.append(Record(
-                f"instance_model:sglang_{hist}:{qname}_5m",
+                x.record,
                 f"histogram_quantile({q}, sum by (cluster, host, instance, model_name, le) "
-                f"(rate(sglang:{hist}_bucket{{{s}}}[5m])))",
-                f"{label} {qname} over 5 minutes (capped at the top finite bucket)."))
+                f"(rate(sglang:{hist}_bucket{{{s}}}[{window}])))",
+                f"{x.label} (capped at the top finite bucket)."))
+        x = quantities.q(f"{short}_mean_{window}")
+        serving.append(Record(
+            x.record,
+            f"""
+{by} (rate(sglang:{hist}_sum{{{s}}}[{window}]))
+  / ({by} (rate(sglang:{hist}_count{{{s}}}[{window}])) > 0)""",
+            f"{x.label}: the quantiles' window, so a panel's lines share one."))
     serving.append(Record(
         "instance_model:sglang_aborted_requests:ratio_rate5m",
         f"""
@@ -474,20 +480,24 @@ def _quote(query: str, text: str, fmt: str = "humanize") -> str:
             f'{text.format(v=f"{{{{ . | first | value | {fmt} }}}}")}{{{{ end }}}}')
 
 
-# What the user sees, quoted in each saturation alert: the symptom alerts it silences.
-WAITING = _quote("instance:sglang_queue_nonempty_duration_seconds:max{cluster=%q, instance=%q} > 0",
-                 "; requests have been waiting continuously for {v}", "humanizeDuration")
-
-
-def _quote_quantity(key: str) -> str:
-    """The quantity's value for this alert's instance, under its label (core/quantities.py)."""
+def _quote_quantity(key: str, fmt: str, unit: str = "", condition: str = "") -> str:
+    """"; <label>: <value>" of a quantity (core/quantities.py) for this alert's instance, as
+    every surface names it."""
     x = quantities.q(key)
-    return _quote(f"max({x.record}{{cluster=%q, instance=%q}})", f"; {x.label} is {{v}}",
-                  "humanizeDuration")
+    return _quote(f"max({x.record}{{cluster=%q, instance=%q}}){condition}",
+                  f"; {x.label}: {{v}}{unit}", fmt)
 
 
-TTFT_P95 = _quote_quantity("time_to_first_token_p95_5m")
-ITL_P95 = _quote_quantity("inter_token_latency_p95_5m")
+def _value(key: str, fmt: str, unit: str = "") -> str:
+    """"<label>: <the alert's value>": the signal the alert fires on, under its label."""
+    return f"{quantities.q(key).label}: {{{{ $value | {fmt} }}}}{unit}"
+
+
+# What the user sees, quoted in each saturation alert: the symptom alerts it silences.
+WAITING = _quote_quantity("queue_continuous", "humanizeDuration", condition=" > 0")
+TTFT_P95 = _quote_quantity("time_to_first_token_p95_5m", "humanizeDuration")
+ITL_P95 = _quote_quantity("inter_token_latency_p95_5m", "humanizeDuration")
+USUAL_SPEED = _quote_quantity("decode_speed_usual", "humanize", " tokens/s")
 
 
 def saturation_alerts(t: dict) -> tuple[Alert, ...]:
@@ -497,7 +507,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
     meaning = {k.state: k.meaning for k in state_classes(t)}
     retracted = _quote(f"{retractions_record(t)}{{cluster=%q, instance=%q}} > 0",
                        "{v} requests were retracted in the last "
-                       f"{t['classification']['kv_retraction_window']} and ")
+                       f"{t['classification']['kv_retraction_window']}. ")
 
     def in_state(state: str) -> str:
         held = (f" It fires once the state has held {sustain[state]} (a window over the state, "
@@ -544,9 +554,9 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "State prefill_backlog: prompt tokens pile up faster than chunked prefill drains "
             "them. No quiet scenario ever enters the state, so one more evaluation suffices.",
             summary="SGLang prefill backlog is building up.",
-            description="{{ $labels.instance }} is in state prefill_backlog: "
-                        "{{ $value | humanize }} prompt tokens wait to be prefilled"
-                        + WAITING + TTFT_P95 + "."),
+            description="{{ $labels.instance }} is in state prefill_backlog: prompt tokens "
+                        "pile up faster than prefill drains them. "
+                        + _value("prefill_backlog", "humanize") + WAITING + TTFT_P95 + "."),
         state_alert(
             "SGLangDecodeContention", "instance:sglang_decode_speed_per_request:max",
             "decode_contention",
@@ -555,7 +565,8 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "the longer sustain.",
             summary="SGLang requests are slowed by decode contention.",
             description="{{ $labels.instance }} is in state decode_contention: each request "
-                        "decodes at {{ $value | humanize }} tokens/s, well below its usual speed"
+                        "decodes well below its usual speed. "
+                        + _value("decode_speed", "humanize", " tokens/s") + USUAL_SPEED
                         + ITL_P95 + WAITING + "."),
         state_alert(
             "SGLangKVCachePressure", "instance:sglang_kv_occupancy:ratio", "kv_capacity",
@@ -563,8 +574,8 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "preemption throws away their decode work) or wait for memory. Retractions are part "
             "of the state, so they need no alert of their own.",
             summary="SGLang KV cache pool is out of room.",
-            description="{{ $labels.instance }} is in state kv_capacity: " + retracted
-                        + "the KV pool is {{ $value | humanizePercentage }} used"
+            description="{{ $labels.instance }} is in state kv_capacity: the KV pool is out "
+                        "of room. " + retracted + _value("kv_occupancy", "humanizePercentage")
                         + WAITING + TTFT_P95 + "."),
         state_alert(
             "SGLangSchedulingBottleneck", "instance:sglang_queue_nonempty_duration_seconds:max",
@@ -573,9 +584,9 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "The state's condition is itself a duration (the queue has been non-empty that "
             "long), so a short sustain suffices.",
             summary="SGLang requests queue while capacity is free.",
-            description="{{ $labels.instance }} is in state scheduling_bottleneck: the queue has "
-                        "been non-empty for {{ $value | humanizeDuration }} with the KV pool far "
-                        "from full" + TTFT_P95 + ".",
+            description="{{ $labels.instance }} is in state scheduling_bottleneck: requests "
+                        "queue with the KV pool far from full. "
+                        + _value("queue_continuous", "humanizeDuration") + TTFT_P95 + ".",
             also=", with no prefill backlog and no decode contention (those come first)"),
         Alert(
             "SGLangLongQueueing",
