@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, s: settings.Settings) -> int:
     if args.command == "snapshot":
-        from sglang_obs.tools.snapshot import take
+        from sglang_obs.tools.snapshot import take, written
 
         if args.alerts_log:
             input_file("--alerts-log", args.alerts_log)
@@ -266,7 +266,8 @@ def _run(args: argparse.Namespace, s: settings.Settings) -> int:
                        request_metrics_dir=args.request_metrics_dir, s=s)
         for server, found in summary["servers"].items():
             print(f"{server}: {' -> '.join(found['dominant']) or 'no bottleneck'}")
-        print(f"wrote {args.out}/report.md, summary.json, series.csv")
+        for path in written(Path(args.out)):
+            print(f"wrote {path}")
         return 0
     if args.command == "fleet" or (args.command == "stack" and args.fleet is not None):
         from sglang_obs.tools import fleet as fleet_module
@@ -284,8 +285,9 @@ def _run(args: argparse.Namespace, s: settings.Settings) -> int:
             Path(args.out) if args.out else None, args.resamples, args.seed, args.paired,
             *(Path(p) if p else None for p in (args.before_pack, args.after_pack)), s=s)
         if args.out:
-            verdict = "comparable" if doc["verdict"]["comparable"] else "not comparable"
-            print(f"{verdict}; wrote {args.out}/report.md, compare.json, compare.png")
+            print("comparable" if doc["verdict"]["comparable"] else "not comparable")
+            for name in ("report.md", "compare.json", "compare.png"):
+                print(f"wrote {Path(args.out) / name}")
         else:
             sys.stdout.write(text)
         return 0

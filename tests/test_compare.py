@@ -231,8 +231,9 @@ def test_tuning_seed_000_is_comparable_with_its_four_arguments_and_less_waiting(
     result = _compare(url, w["long-context-incident"], w["long-context-incident-tuned"],
                       out=tmp_path / "pack")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "comparable; wrote " + str(tmp_path / "pack") + \
-        "/report.md, compare.json, compare.png\n"
+    assert result.stdout.splitlines() == ["comparable"] + [
+        f"wrote {tmp_path / 'pack' / name}" for name in ("report.md", "compare.json",
+                                                         "compare.png")]
     doc = json.loads((tmp_path / "pack/compare.json").read_text())
     changed = {r["arg"]: (r["before"], r["after"], r["when"]) for r in doc["config"]
                if r["changed"]}

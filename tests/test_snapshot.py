@@ -224,8 +224,6 @@ def test_an_alert_sink_log_with_the_alert_s_notifications_is_the_source(incident
     assert "by timing" not in line
 
 
-@pytest.mark.xfail(strict=True, reason="sglang_obs/cli.py still prints its own `wrote` line; "
-                   "it is to print `wrote PATH` for each of snapshot.written(out)")
 def test_the_command_lists_every_file_it_wrote(incident, tmp_path):
     """Its last lines name each file of the pack, as a path (no `pack//report.md` from an
     --out with a trailing slash)."""
