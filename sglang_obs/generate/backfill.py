@@ -15,6 +15,7 @@ create-blocks-from rules` skips alerting rules).
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import shutil
 import socket
@@ -22,7 +23,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,11 +47,12 @@ def _binary(name: str) -> str:
     return path
 
 
-def rule_levels(s: Settings) -> list[list[dict]]:
-    """Recording rules grouped so that each level only reads raw series and earlier levels."""
+def rule_levels(s: Settings, only: set[str] | None = None) -> list[list[dict]]:
+    """Recording rules grouped so that each level only reads raw series and earlier levels;
+    with `only`, just the rules it names."""
     path = s.rules_dir / RECORDING_RULES
     rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]
-             if "record" in r]
+             if "record" in r and (only is None or r["record"] in only)]
     names = {r["record"] for r in rules}
     level: dict[str, int] = {}
     while len(level) < len(rules):
@@ -67,6 +69,29 @@ def rule_levels(s: Settings) -> list[list[dict]]:
             raise BackfillError("recording rules depend on each other in a cycle")
     depth = max(level.values()) + 1
     return [[r for r in rules if level[r["record"]] == d] for d in range(depth)]
+
+
+def _names(expr: str) -> set[str]:
+    return set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr))
+
+
+def alert_inputs(s: Settings) -> tuple[set[str], set[str]]:
+    """(recording rules, metric names): what the shipped alert rules read, directly or through
+    recording rules. The names are a superset (every identifier in those expressions)."""
+    from sglang_obs.generate import promtool_eval  # it reads the rule tables
+
+    rules = [r for path in promtool_eval.rule_files(s)
+             for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+    recorded = {r["record"]: r["expr"] for r in rules if "record" in r}
+    exprs = [r["expr"] for r in rules if "alert" in r]
+    needed: set[str] = set()
+    while exprs:
+        for name in _names(exprs.pop()) & recorded.keys() - needed:
+            needed.add(name)
+            exprs.append(recorded[name])
+    read = set().union(*(_names(r["expr"]) for r in rules
+                         if "alert" in r or r.get("record") in needed))
+    return needed, read
 
 
 def _free_port() -> int:
@@ -125,27 +150,34 @@ class Backfilled:
 
 def backfill(name: str, data: Path, step: int | None = None, end: float | None = None,
              release: str | None = None, alerts: bool = False,
-             s: Settings | None = None) -> Backfilled:
+             s: Settings | None = None, duration: float | None = None,
+             for_alerts: bool = False) -> Backfilled:
     """Render scenario `name` (as `release`, default the scenario's) so that it ends at `end`
     (default: now) and backfill `data` at `step` (default: the evaluation interval of `s`, whose
-    rules it records and evaluates); with `alerts`, the ALERTS series too."""
+    rules it records and evaluates); with `alerts`, the ALERTS series too. A `duration` longer
+    than the scenario's loops it (`looped`). `for_alerts` keeps only what the alert rules read
+    (`alert_inputs`): the series and recording rules, not the dashboards' quantiles."""
     s = s or default()
     step = step or int(s.evaluation_interval_s)
     sc = scenarios.load(name)
     end = (time.time() // step) * step if end is None else end
-    start = end - (sc.duration // step) * step
+    start = end - ((duration or sc.duration) // step) * step
     promtool = _binary("promtool")
     data.mkdir(parents=True, exist_ok=True)
+    needed, read = alert_inputs(s) if for_alerts else (None, None)
     with tempfile.TemporaryDirectory() as tmp:
-        om = Path(tmp) / "series.om.txt"
         rendered = render(sc, release, start=start, step=step)
+        if read is not None:
+            rendered.series = {k: v for k, v in rendered.series.items() if k[0] in read}
+        if duration is not None and duration > sc.duration:
+            rendered = looped(rendered, int(duration // step) + 1, int(WARM_UP_SECONDS // step))
         if alerts:
             for labels, steps in firing_alerts(rendered, Path(tmp), s).items():
                 for i in steps:
                     rendered.add("ALERTS", dict(labels), i, 1.0)
-        write_openmetrics(rendered, om)
-        _run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)])
-        for i, rules in enumerate(rule_levels(s)):
+        for om in _write_blocks(rendered, Path(tmp)):
+            _run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)])
+        for i, rules in enumerate(rule_levels(s, needed)):
             rule_file = Path(tmp) / f"level{i}.yml"
             rule_file.write_text(yaml.safe_dump(
                 {"groups": [{"name": f"backfill-level-{i}", "rules": rules}]}, width=1000))
@@ -157,6 +189,112 @@ def backfill(name: str, data: Path, step: int | None = None, end: float | None =
             for block in out.iterdir() if out.exists() else ():
                 shutil.move(str(block), data / block.name)
     return Backfilled(data, start, end, name, step)
+
+
+BLOCK_SECONDS = 7200  # promtool's block: it reads its whole input once per block
+
+
+def _write_blocks(rendered: Rendered, folder: Path) -> list[Path]:
+    """OpenMetrics files, one per block of time, so that promtool reads each sample once."""
+    first = int(rendered.time(0) // BLOCK_SECONDS)
+    count = int(rendered.time(rendered.steps - 1) // BLOCK_SECONDS) - first + 1
+    per_block = max(1, round(BLOCK_SECONDS / rendered.step))
+    paths = []
+    for b in range(count):
+        lo = max(0, math.ceil(((first + b) * BLOCK_SECONDS - rendered.start) / rendered.step))
+        part = Rendered(start=rendered.time(lo), step=rendered.step,
+                        steps=min(per_block, rendered.steps - lo))
+        part.series = {key: _Window(points, lo, part.steps)
+                       for key, points in rendered.series.items()}
+        paths.append(folder / f"series{b}.om.txt")
+        write_openmetrics(part, paths[-1])
+    return paths
+
+
+class _Window(Mapping):
+    """Samples [lo, lo + steps) of a series, indexed from 0."""
+
+    def __init__(self, points: Mapping[int, float], lo: int, steps: int):
+        self.points, self.lo, self.steps = points, lo, steps
+
+    def __getitem__(self, i: int) -> float:
+        if not 0 <= i < self.steps:
+            raise KeyError(i)
+        return self.points[self.lo + i]
+
+    def __iter__(self):
+        return (i for i in range(self.steps) if self.lo + i in self.points)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+# A looped round starts where the server is warm: its first minutes (an empty batch and cache,
+# decode speeds with no history) happen once, when the server starts.
+WARM_UP_SECONDS = 300
+_CUMULATIVE = re.compile(r"_(total|count|sum|bucket)$")
+
+
+class _Looped(Mapping):
+    """One series of a rendered round, then round after round of it from `warm` on, as
+    `sglang-sim serve` repeats a scenario (the same arrivals each round, the server not
+    restarted): a counter goes on from where the previous round ended, a last-seen timestamp
+    moves on by the round's length, any other gauge repeats. Computed per sample: days of
+    samples never sit in memory."""
+
+    def __init__(self, name: str, points: dict[int, float], last: int, warm: int, steps: int,
+                 seconds: float):
+        self.points, self.last, self.warm, self.steps = points, last, warm, steps
+        values = [points[i] for i in sorted(points)]
+        self.growth = 0.0
+        if _CUMULATIVE.search(name):
+            if any(b < a for a, b in zip(values, values[1:], strict=False)):
+                raise BackfillError(f"{name} goes down within the round (a restart): such a "
+                                    "scenario cannot be looped")
+            self.growth = points.get(last, values[-1]) - points.get(warm, 0.0)
+        elif name.endswith("_timestamp_seconds") and values[-1] != values[0]:
+            self.growth = seconds
+        # A step where the round had no sample yet (a lazy family before its first request):
+        # in later rounds the series is there, with the value the previous round ended on.
+        self.carried = points[last] - self.growth if last in points else None
+
+    def _value(self, i: int) -> float | None:
+        if i <= self.last:
+            return self.points.get(i)
+        if i >= self.steps:
+            return None
+        q, j = divmod(i - self.last - 1, self.last - self.warm)
+        at = self.warm + j + 1
+        if at in self.points:
+            return self.points[at] + (q + 1) * self.growth
+        return None if self.carried is None else self.carried + (q + 1) * self.growth
+
+    def __getitem__(self, i: int) -> float:
+        value = self._value(i)
+        if value is None:
+            raise KeyError(i)
+        return value
+
+    def __iter__(self):
+        return (i for i in range(self.steps) if self._value(i) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def looped(rendered: Rendered, steps: int, warm: int = 0) -> Rendered:
+    """`rendered` (one round of a scenario) extended to `steps` samples by repeating its steps
+    after `warm` (`_Looped`). Simulating days step by step costs hours; a looped server
+    replays the same arrivals anyway."""
+    last = rendered.steps - 1
+    if not 0 <= warm < last or steps <= rendered.steps:
+        return rendered
+    out = Rendered(start=rendered.start, step=rendered.step, steps=steps)
+    seconds = (last - warm) * rendered.step
+    for (name, labels), points in rendered.series.items():
+        if points:
+            out.series[(name, labels)] = _Looped(name, points, last, warm, steps, seconds)
+    return out
 
 
 _FAILED_AT = re.compile(r'expr: "ALERTS\{alertstate=\\"firing\\"\}", time: (\S+),\n\s+exp: .*\n'
