@@ -52,6 +52,7 @@ from typing import Any, Protocol
 from sglang_obs.core import pack, settings
 from sglang_obs.core.cli_support import Failure, UsageError
 from sglang_obs.core.pack import pick_server
+from sglang_obs.core.quantities import q
 from sglang_obs.core.times import iso
 from sglang_obs.simulator import compare
 from sglang_obs.simulator import scenario as scenarios
@@ -466,22 +467,22 @@ def scenario_of(est: Estimate, args: dict[str, Any], perf: dict[str, float], loa
 
 # (Summary field, label, unit, the better direction: -1 lower, +1 higher, 0 neither)
 FIGURES = (
-    ("ttft_p50_seconds", "TTFT p50", "s", -1),
-    ("ttft_p95_seconds", "TTFT p95", "s", -1),
-    ("ttft_mean_seconds", "TTFT mean", "s", -1),
-    ("queue_time_mean_seconds", "queue time, mean", "s", -1),
-    ("queue_time_p95_seconds", "queue time, p95", "s", -1),
+    ("ttft_p50_seconds", q("time_to_first_token_p50_window").label, "s", -1),
+    ("ttft_p95_seconds", q("time_to_first_token_p95_window").label, "s", -1),
+    ("ttft_mean_seconds", q("time_to_first_token_mean_window").label, "s", -1),
+    ("queue_time_mean_seconds", q("queue_time_mean_window").label, "s", -1),
+    ("queue_time_p95_seconds", q("queue_time_p95_window").label, "s", -1),
     ("longest_queueing_seconds", "longest continuous queueing", "s", -1),
     ("queued_seconds", "time with requests queued", "s", -1),
     ("queue_peak", "queue peak", "requests", -1),
     ("pending_peak_tokens", "pending prefill tokens, peak", "tokens", -1),
     ("running_peak", "running requests, peak", "requests", 0),
-    ("decode_speed_p10", "decode speed per request, p10", "tok/s", 1),
-    ("decode_speed_median", "decode speed per request, p50", "tok/s", 1),
-    ("itl_mean_seconds", "inter-token latency, mean", "ms", -1),
-    ("itl_p95_seconds", "inter-token latency, p95", "ms", -1),
+    ("decode_speed_p10", q("decode_speed_p10_window").label, "tok/s", 1),
+    ("decode_speed_median", q("decode_speed_p50_window").label, "tok/s", 1),
+    ("itl_mean_seconds", q("inter_token_latency_mean_window").label, "ms", -1),
+    ("itl_p95_seconds", q("inter_token_latency_p95_window").label, "ms", -1),
     ("kv_peak_ratio", "KV pool use, peak", "%", 0),
-    ("e2e_mean_seconds", "end-to-end latency, mean", "s", -1),
+    ("e2e_mean_seconds", q("e2e_request_latency_mean_window").label, "s", -1),
     ("requests", "requests finished", "requests", 0),
 )
 

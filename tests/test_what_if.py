@@ -196,7 +196,7 @@ def test_replay_runs_both_configurations_on_the_same_draws(known):
     assert all(d <= 0 for d in delta)
     text = what_if.markdown(known, rep, {}, {"max_running_requests": 1})
     assert "model prediction" in text
-    assert "| TTFT p95 |" in text
+    assert "| TTFT p95 over the window |" in text
     doc = what_if.document(known, rep, {}, {"max_running_requests": 1})
     assert doc["kind"] == "model prediction"
     assert len(doc["figures"]["ttft_p95_seconds"]["delta"]) == 2

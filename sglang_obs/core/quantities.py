@@ -63,12 +63,26 @@ def _latency_quantities() -> dict[str, Quantity]:
     return out
 
 
+def _window_quantities() -> dict[str, Quantity]:
+    """`sglang-obs compare`'s and what-if's: each over a whole window they compare (its
+    minutes' histograms added up, its samples pooled), no recording rule."""
+    out = {}
+    stats = [(subject, hist.removesuffix("_seconds"), stat) for subject, hist in LATENCIES.items()
+             for stat in ("p50", "p95", "mean")]
+    stats += [("Decode speed per request", "decode_speed", stat) for stat in ("p10", "p50")]
+    for subject, short, stat in stats:
+        key = f"{short}_{stat}_window"
+        out[key] = Quantity(key, subject, stat, "over the window")
+    return out
+
+
 def _spark_window() -> str:
     return f"per {SPARK_SLOT_SECONDS:g} s"
 
 
 QUANTITIES: dict[str, Quantity] = {
     **_latency_quantities(),
+    **_window_quantities(),
     # The glance page's own, from the exporter's polls of SGLang's counters.
     "ttft_mean_slot": Quantity("ttft_mean_slot", "TTFT", "mean", _spark_window()),
     "ttft_mean_since_start": Quantity("ttft_mean_since_start", "TTFT", "mean",

@@ -29,6 +29,7 @@ from pathlib import Path
 from sglang_obs.core import pack
 from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.quantities import q
 from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
@@ -133,15 +134,19 @@ LOAD = (
     Metric("cache_hit_ratio", "prefix cache hit ratio", "ratio", "ratio", None),
 )
 OUTCOME = (
-    Metric("ttft_p50_seconds", "TTFT p50", "hist", "s", "lower", 0.5),
-    Metric("ttft_p95_seconds", "TTFT p95", "hist", "s", "lower", 0.95),
-    Metric("queue_time_p95_seconds", "queue time p95", "hist", "s", "lower", 0.95),
-    Metric("queued_share", "time with requests queued", "ratio", "share", "lower"),
-    Metric("decode_speed_p10", "decode speed per request p10", "samples", "tok/s", "higher",
-           0.1),
-    Metric("decode_speed_p50", "decode speed per request p50", "samples", "tok/s", "higher",
+    Metric("ttft_p50_seconds", q("time_to_first_token_p50_window").label, "hist", "s", "lower",
            0.5),
-    Metric("itl_p95_seconds", "ITL p95", "hist", "s", "lower", 0.95),
+    Metric("ttft_p95_seconds", q("time_to_first_token_p95_window").label, "hist", "s", "lower",
+           0.95),
+    Metric("queue_time_p95_seconds", q("queue_time_p95_window").label, "hist", "s", "lower",
+           0.95),
+    Metric("queued_share", "time with requests queued", "ratio", "share", "lower"),
+    Metric("decode_speed_p10", q("decode_speed_p10_window").label, "samples", "tok/s", "higher",
+           0.1),
+    Metric("decode_speed_p50", q("decode_speed_p50_window").label, "samples", "tok/s", "higher",
+           0.5),
+    Metric("itl_p95_seconds", q("inter_token_latency_p95_window").label, "hist", "s", "lower",
+           0.95),
 )
 METRICS = {m.key: m for m in (*LOAD, *OUTCOME)}
 # The histogram each hist metric reads (its bounds are the window's `bounds[<histogram>]`).

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_obs.core import pack
+from sglang_obs.core import pack, quantities
 from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.core.settings import Settings, default
@@ -37,22 +37,37 @@ from sglang_obs.tools.charts import pyplot
 
 SCHEMA_VERSION = 1
 BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
+# CSV column -> the quantity it holds (sglang_obs/core/quantities.py): the report and the chart
+# name each by its label, as every other surface does.
+QUANTITY_OF = {"running": "running", "queue": "waiting", "queue_nonempty_seconds":
+               "queue_continuous", "pending_prefill_tokens": "prefill_backlog",
+               "kv_occupancy": "kv_occupancy", "ttft_p95_seconds": "time_to_first_token_p95_5m",
+               "itl_p95_seconds": "inter_token_latency_p95_5m",
+               "e2e_p95_seconds": "e2e_request_latency_p95_5m",
+               "decode_speed_per_request": "decode_speed"}
+
+
+def label(column: str) -> str:
+    """The column's quantity label; an instant value's "now" is dropped (a pack spans a window)."""
+    return quantities.q(QUANTITY_OF[column]).label.removesuffix(" now")
+
+
+def _per_instance(column: str) -> str:
+    record = quantities.q(QUANTITY_OF[column]).record
+    return record if record.startswith("instance:") else f"max by (instance) ({record})"
+
+
 # CSV column -> PromQL giving one series per instance.
 COLUMNS: dict[str, str] = {
     "state": "instance:sglang_state:code",
     "request_rate": "sum by (instance) (instance_model:sglang_num_requests:rate5m)",
-    "running": "instance:sglang_running_requests:max",
-    "queue": "instance:sglang_waiting_requests:max",
-    "queue_nonempty_seconds": "instance:sglang_queue_nonempty_duration_seconds:max",
-    "pending_prefill_tokens": "instance:sglang_prefill_backlog_tokens:max",
-    "kv_occupancy": "instance:sglang_kv_occupancy:ratio",
+    **{c: _per_instance(c) for c in ("running", "queue", "queue_nonempty_seconds",
+                                     "pending_prefill_tokens", "kv_occupancy")},
     "cache_hit_ratio": "max by (instance) (instance_model:sglang_cache_hit:ratio_rate5m)",
-    "ttft_p95_seconds": "max by (instance) (instance_model:sglang_time_to_first_token_seconds:p95_5m)",  # noqa: E501
-    "itl_p95_seconds": "max by (instance) (instance_model:sglang_inter_token_latency_seconds:p95_5m)",  # noqa: E501
-    "e2e_p95_seconds": "max by (instance) (instance_model:sglang_e2e_request_latency_seconds:p95_5m)",  # noqa: E501
+    **{c: _per_instance(c) for c in ("ttft_p95_seconds", "itl_p95_seconds", "e2e_p95_seconds")},
     "input_tokens_per_second": "sum by (instance) (instance_model:sglang_prompt_tokens:rate5m)",
     "output_tokens_per_second": "sum by (instance) (instance_model:sglang_generation_tokens:rate5m)",  # noqa: E501
-    "decode_speed_per_request": "instance:sglang_decode_speed_per_request:max",
+    "decode_speed_per_request": _per_instance("decode_speed_per_request"),
 }
 # GPU series are per exporter host, not per server: one value for the whole window per step.
 GPU_COLUMNS = {
@@ -294,19 +309,16 @@ def report(summary: dict, charts: list[str]) -> str:
                          "window.")
         # 3. The evidence behind it.
         evidence = []
-        for key, label, unit in (
-            ("pending_prefill_tokens", "pending prefill tokens", ""),
-            ("queue", "queued requests", ""), ("queue_nonempty_seconds",
-                                                "continuous queueing", " s"),
-            ("running", "running requests", ""), ("kv_occupancy", "KV occupancy", ""),
-            ("ttft_p95_seconds", "TTFT p95", " s"), ("itl_p95_seconds", "ITL p95", " s"),
-        ):
+        for key, unit in (("pending_prefill_tokens", ""), ("queue", ""),
+                          ("queue_nonempty_seconds", " s"), ("running", ""),
+                          ("kv_occupancy", ""), ("ttft_p95_seconds", " s"),
+                          ("itl_p95_seconds", " s")):
             p = peaks.get(key)
             if p:
                 v = p["value"]
                 value = (f"{v:.0%}" if key == "kv_occupancy" else f"{v:,.0f}" if v >= 100
                          else f"{v:.3g}")
-                evidence.append(f"{label} peaked at {value}{unit} at {p['at']}")
+                evidence.append(f"{label(key)} peaked at {value}{unit} at {p['at']}")
         lines.append("**3. Evidence:** " + "; ".join(evidence) + "." if evidence else
                      "**3. Evidence:** no data.")
         config = s["config"]
@@ -350,11 +362,13 @@ def _episodes_text(alert: dict) -> str:
 
 # (title, unit, ((column, legend, factor), ...)) of the snapshot chart's line panels.
 PANELS = (
-    ("Requests", "requests", (("queue", "queued", 1.0), ("running", "running", 1.0))),
-    ("Pending prefill tokens", "tokens", (("pending_prefill_tokens", "pending prefill", 1.0),)),
-    ("Time to first token, p95", "s", (("ttft_p95_seconds", "TTFT p95", 1.0),)),
-    ("Inter-token latency, p95", "s", (("itl_p95_seconds", "ITL p95", 1.0),)),
-    ("KV cache", "%", (("kv_occupancy", "KV occupancy", 100.0),
+    ("Requests", "requests", (("queue", label("queue"), 1.0),
+                              ("running", label("running"), 1.0))),
+    ("Prompt tokens waiting for prefill", "tokens",
+     (("pending_prefill_tokens", label("pending_prefill_tokens"), 1.0),)),
+    ("Time to first token", "s", (("ttft_p95_seconds", label("ttft_p95_seconds"), 1.0),)),
+    ("Inter-token latency", "s", (("itl_p95_seconds", label("itl_p95_seconds"), 1.0),)),
+    ("KV cache", "%", (("kv_occupancy", label("kv_occupancy"), 100.0),
                       ("cache_hit_ratio", "prefix cache hit ratio", 100.0))),
 )
 
