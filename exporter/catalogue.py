@@ -212,7 +212,8 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("log_spec_accept_length", "gauge", SERVER,
        "accept len of the last decode line (speculative decoding only).", LOG),
     _m("log_prefill_context_tokens", "histogram", SERVER,
-       "Context of single-request prefills (#new-seq: 1): cached + new tokens.", LOG),
+       "Context of each whole prompt: cached + new tokens of its single-request prefill, "
+       "or of the run of chunks chunked prefill splits it into.", LOG),
     _m("log_capacity_tokens", "gauge", SERVER,
        "max_total_num_tokens from the start-up line: effective KV capacity of one DP rank.",
        LOG),

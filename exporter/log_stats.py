@@ -17,9 +17,49 @@ from dataclasses import dataclass, field
 
 from sglang_obs.exporter.sglang_log import ParsedLine
 
-# Context size of single-request prefills (cached + new tokens), from 1K to 1M tokens.
+# Context size of whole prompts (cached + new tokens; PromptRuns), from 1K to 1M tokens.
 CONTEXT_BUCKETS = (1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 98304.0,
                    131072.0, 196608.0, 262144.0, 524288.0, 1048576.0)
+
+
+class PromptRuns:
+    """Whole prompts out of the prefill lines: one request's context (cached + new tokens), the
+    one definition `sglang-obs analyze-log` and the exporter's context histogram share.
+
+    Chunked prefill logs a long prompt as single-request lines (#new-seq: 1) of `chunk` new
+    tokens, the first with the prompt's cached tokens, the others with none (SGLang's
+    PrefillAdder counts a continuation as uncached), closed by a shorter one: the run adds up to
+    one prompt, not one per chunk. A chunk that shares its batch with other requests hides its
+    size: that prompt is left out. Per DP rank; `chunk` None means no chunking."""
+
+    def __init__(self) -> None:
+        # rank -> (first chunk's cached tokens, or None when the run is unreadable, new, lines)
+        self._runs: dict[int, tuple[int | None, int, int]] = {}
+
+    def clear(self) -> None:
+        """A (re)start, or the end: a prompt still being chunked never finished."""
+        self._runs.clear()
+
+    def line(self, rank: int, single: bool, new: int, cached: int,
+             chunk: int | None) -> list[tuple[int, bool]]:
+        """The prompts this prefill line completes: (context tokens, chunked), oldest first."""
+        done = []
+        run = self._runs.pop(rank, None)
+        if run is not None:
+            first, total, lines = run
+            if single and cached == 0:  # the chunked request goes on
+                if chunk is not None and new >= chunk:
+                    self._runs[rank] = (first, total + new, lines + 1)
+                elif first is not None:
+                    done.append((first + total + new, True))
+                return done
+            if single and first is not None:  # a new request: that one ended on a whole chunk
+                done.append((first + total, lines > 1))
+        if chunk is not None and new >= chunk:  # a full chunk: its last request may go on
+            self._runs[rank] = (cached, new, 1) if single else (None, 0, 1)
+        elif single:
+            done.append((new + cached, False))
+        return done
 
 
 @dataclass
@@ -70,6 +110,8 @@ class LogStats:
     _context_counts: list[int] = field(default_factory=lambda: [0] * (len(CONTEXT_BUCKETS) + 1))
     _context_sum: float = 0.0
     _context_count: int = 0
+    _chunk: int | None = None  # the start-up line's chunked_prefill_size
+    _prompts: PromptRuns = field(default_factory=PromptRuns, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
@@ -113,8 +155,9 @@ class LogStats:
                 self.prefill_batches += 1
                 self.prefill_new_tokens += int(f.get("new_token", 0))
                 self.prefill_cached_tokens += int(f.get("cached_token", 0))
-                if f.get("new_seq") == 1:
-                    context = f.get("new_token", 0) + f.get("cached_token", 0)
+                for context, _ in self._prompts.line(dp, f.get("new_seq") == 1,
+                                                     int(f.get("new_token", 0)),
+                                                     int(f.get("cached_token", 0)), self._chunk):
                     self._context_counts[bisect.bisect_left(CONTEXT_BUCKETS, context)] += 1
                     self._context_sum += context
                     self._context_count += 1
@@ -126,8 +169,11 @@ class LogStats:
             self.retracted_requests += int(f.get("retracted_reqs", 0))
         elif parsed.kind == "health_check_failed" and count:
             self.health_check_failures += 1
-        elif parsed.kind == "capacity":
+        elif parsed.kind == "capacity":  # a (re)start: its chunk size from now on
             self.capacity = {k: float(v) for k, v in f.items()}
+            size = int(f.get("chunked_prefill_size", -1))
+            self._chunk = size if size > 0 else None
+            self._prompts.clear()
         elif parsed.kind == "ready" and parsed.ts is not None:
             self.ready_timestamp = parsed.ts.timestamp()
 

@@ -1,5 +1,6 @@
 """`sglang-obs analyze-log` over a generated multi-hour log whose true peaks are known."""
 
+import bisect
 import csv
 import gzip
 import json
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_obs.exporter.log_stats import CONTEXT_BUCKETS, LogStats
+from sglang_obs.exporter.sglang_log import parse_line
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.events import DecodeBatch, PrefillBatch, Retraction
 from sglang_obs.simulator.logs import format_event
@@ -210,3 +213,25 @@ def test_bad_input_gives_a_clear_message(tmp_path, args, code, message):
                             capture_output=True, text=True)
     assert result.returncode == code
     assert message in result.stderr
+
+
+def test_the_exporter_counts_the_same_prompts_as_analyze_log(tmp_path):
+    """One definition of a prompt's context (exporter.log_stats.PromptRuns): the exporter's
+    sglang_obs_log_prefill_context_tokens histogram, fed the same log line by line, holds the
+    prompts analyze-log reports, not chunked prefill's chunks."""
+    sc = scenarios.load("long-context-incident")
+    events, prompts = simulate(sc)
+    lines = [format_event(e, sc.release) for e in events]
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join(lines) + "\n")
+    stats = LogStats()
+    for line in lines:
+        stats.feed(parse_line(line))
+    snap = stats.snapshot()
+    contexts = analyze([log]).contexts
+    print(f"exporter: {snap.context_count} prompts, {snap.context_sum:,.0f} tokens; analyze-log: "
+          f"{len(contexts)} prompts, {sum(contexts):,} tokens")
+    assert (snap.context_count, snap.context_sum) == (len(contexts), sum(contexts))
+    below = bisect.bisect_left(CONTEXT_BUCKETS, 32_768)  # the buckets up to 16K
+    assert snap.context_buckets[:below] == (0,) * below, \
+        "a chunk counted as a prompt: every prompt of the scenario is 32K or more"

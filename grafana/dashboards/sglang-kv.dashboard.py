@@ -83,12 +83,12 @@ retractions = [
 
 context = [
     d.heatmap("Per-request context",
-              "Single-request prefills per second by context size (cached + new tokens, from "
-              "the scheduler log).",
+              "Prompts per second by context size (cached + new tokens, a chunked prompt's "
+              "chunks added up, from the scheduler log).",
               d.bucket_rate(CONTEXT, d.EX), unit=d.TOKENS, w=12),
     d.timeseries("Per-request context quantiles",
-                 "p50/p95/p99 context of single-request prefills (log), against the effective "
-                 "context length (dashed).",
+                 "p50/p95/p99 context of whole prompts (log; chunks added up), against the "
+                 "effective context length (dashed).",
                  [*((f"histogram_quantile({q}, sum by (instance, le) "
                      f"(rate({CONTEXT}_bucket{{{d.EX}}}[$__rate_interval])))",
                      f"{{{{instance}}}} p{round(q * 100)}") for q in (0.5, 0.95, 0.99)),
@@ -134,7 +134,7 @@ dashboard = d.dashboard(
     [
         ("KV pool", "Pool parts summed over DP ranks, occupancy per server.", pool_panels),
         ("Retractions", "Requests and tokens thrown out of the running batch.", retractions),
-        ("Request context", "Context sizes of single-request prefills (scheduler log).", context),
+        ("Request context", "Context sizes of whole prompts (scheduler log).", context),
         ("Prefix cache", "Cached vs computed prompt tokens.", cache),
     ],
 )

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from sglang_obs.core.cli_support import Failure, output_file, report
+from sglang_obs.exporter.log_stats import PromptRuns
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, ParsedLine, parse_line
 
 SCHEMA_VERSION = 1
@@ -88,7 +89,7 @@ class Analysis:
     chunked_requests: int = 0  # of the contexts, prompts prefilled over several lines
     chunk_size: int | None = None  # the capacity line's chunked_prefill_size (None: not seen)
     _sized: bool = False  # a capacity line was seen: chunk_size holds
-    _runs: dict[int, tuple[int | None, int, int]] = field(default_factory=dict)  # per DP rank
+    _prompts: PromptRuns = field(default_factory=PromptRuns)
     # Prefill lines before any capacity line (rank, single, new, cached), 4 numbers each: their
     # chunk size is inferred from them once a capacity line or the end comes.
     _unsized: array = field(default_factory=lambda: array("q"))
@@ -122,7 +123,7 @@ class Analysis:
         minute = self.minutes.setdefault(ts.replace(second=0, microsecond=0), Minute())
         if parsed.kind == "capacity":  # a (re)start: its chunk size from now on
             self._size_unsized()
-            self._runs.clear()  # a request chunked when the process died never finished
+            self._prompts.clear()  # a request chunked when the process died never finished
             size = int(f.get("chunked_prefill_size", -1))
             self.chunk_size, self._sized = (size if size > 0 else None), True
         if parsed.kind == "retraction":
@@ -160,26 +161,9 @@ class Analysis:
 
     def _request(self, rank: int, single: bool, new: int, cached: int,
                  chunk: int | None) -> None:
-        """Follow one prefill line into the contexts of whole prompts. Chunked prefill logs a
-        long prompt as single-request lines of `chunk` new tokens, the first with the prompt's
-        cached tokens, the others with none (SGLang's PrefillAdder counts a continuation as
-        uncached), closed by a shorter one. A chunk that shares its batch with other requests
-        hides its size: that prompt is left out."""
-        run = self._runs.pop(rank, None)  # (first chunk's cached tokens or None, new, lines)
-        if run is not None:
-            first, total, lines = run
-            if single and cached == 0:  # the chunked request goes on
-                if new >= chunk:
-                    self._runs[rank] = (first, total + new, lines + 1)
-                elif first is not None:
-                    self._context(first + total + new, chunked=True)
-                return
-            if single and first is not None:  # a new request: that one ended on a whole chunk
-                self._context(first + total, chunked=lines > 1)
-        if chunk is not None and new >= chunk:  # a full chunk: its last request may go on
-            self._runs[rank] = (cached, new, 1) if single else (None, 0, 1)
-        elif single:
-            self._context(new + cached, chunked=False)
+        """Follow one prefill line into the contexts of whole prompts (PromptRuns)."""
+        for tokens, chunked in self._prompts.line(rank, single, new, cached, chunk):
+            self._context(tokens, chunked)
 
     def _context(self, tokens: int, chunked: bool) -> None:
         self.contexts.append(tokens)
@@ -224,7 +208,7 @@ class Analysis:
             self._close_run(start, self.last)
         self._queue_since.clear()
         self._size_unsized()
-        self._runs.clear()  # a prompt still being chunked when the log ends: its size is unknown
+        self._prompts.clear()  # a prompt still being chunked when the log ends: size unknown
 
     # -- outputs --------------------------------------------------------------------------
     def windows(self) -> list[dict]:
