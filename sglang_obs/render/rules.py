@@ -616,6 +616,20 @@ def _longer(a: str, b: str) -> str:
     return a if _seconds(a) >= _seconds(b) else b
 
 
+def slo_doc_block(t: dict) -> str:
+    """The shipped SLO as docs/alerting.md quotes it (its block `slo-defaults`)."""
+    rows = ["| SLO | `slo:` key | Threshold | Objective | Error budget |",
+            "|---|---|---|---|---|"]
+    for o in SLOS:
+        slo = t["slo"][o.key]
+        le = slo["threshold_seconds"]
+        rows.append(f"| {slo['objective'] * 100:g} % {o.promise.format(t=le)} | `{o.key}` "
+                    f"| `sglang:{o.histogram}_bucket{{le=\"{le}\"}}` | {slo['objective']} "
+                    f"| {round((1 - slo['objective']) * 100, 3):g} % |")
+    return ("\n".join(rows) + f"\n\nTraffic floor (`traffic_floor_rps`): "
+            f"{t['slo']['traffic_floor_rps']} requests per second.\n")
+
+
 def slo_alerts(t: dict) -> tuple[Alert, ...]:
     s, a = _s(t), t["alerts"]
     floor = t["slo"]["traffic_floor_rps"]
