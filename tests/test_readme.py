@@ -5,6 +5,7 @@ explained."""
 
 import re
 
+import pytest
 import yaml
 
 from sglang_obs.core.settings import default as _settings
@@ -13,6 +14,7 @@ from sglang_obs.generate import readme
 from sglang_obs.simulator import scenario as scenarios
 
 from conftest import ROOT
+from status_replay import replay
 
 S = _settings()  # the checkout's configuration, read once
 
@@ -65,6 +67,8 @@ def test_the_demo_timing_is_the_scenarios_declared_ground_truth():
     backlog = next(t for t in sc.truth if t.cls == "prefill_backlog")
     assert f"prefill backlog from {backlog.start:.0f} s" in block
     assert f"a {readme.minutes(sc.duration)} scenario" in block
+    for burst in readme.bursts(sc):  # the loop's second wave is explained too
+        assert f" at {burst['at']:.0f} s " in block, burst
 
 
 def test_every_timing_outside_the_generated_blocks_is_checked():
@@ -140,3 +144,24 @@ def test_the_native_stack_says_where_its_data_is_and_how_to_stop_it():
     assert "A stop keeps it" in native
     assert "Ctrl-C" in native
     assert "kill PID" in native
+
+
+@pytest.mark.slow
+def test_every_burst_of_the_demo_alerts_the_way_the_walk_through_says():
+    """The walk-through says each burst of the demo makes a prefill backlog, then decode
+    contention: the glance page's classification (the rules' own, test_status_agreement.py)
+    over the replayed scenario shows both after every burst, in that order."""
+    sc = scenarios.load(readme.DEMO)
+    states = replay(readme.DEMO).page  # one verdict per 15 s step
+    step = S.evaluation_interval_s
+    for burst in readme.bursts(sc):
+        after = [(i * step, st) for i, st in enumerate(states)
+                 if burst["at"] <= i * step <= burst["at"] + 300]
+        backlog = next((t for t, st in after if st == "prefill_backlog"), None)
+        contention = next((t for t, st in after if st == "decode_contention"
+                           and backlog is not None and t > backlog), None)
+        print(f"burst at {burst['at']} s: prefill backlog from {backlog} s, decode contention "
+              f"from {contention} s")
+        assert backlog is not None, (burst["at"], after)
+        assert contention is not None, (burst["at"], after)
+    assert len(readme.bursts(sc)) >= 2, "the walk-through's second wave is gone from the demo"

@@ -37,19 +37,41 @@ def minutes(seconds: float) -> str:
     return f"{int(whole) if whole or not frac else ''}{frac} min"
 
 
+def bursts(sc: scenarios.Scenario) -> list[dict]:
+    """The scenario's bursts (`burst:` phases), in time order."""
+    return sorted((p for p in sc.phases if "burst" in p), key=lambda p: p["at"])
+
+
+def _tokens(spec) -> str:
+    """A phase's input_tokens in words: 100000 -> '100K', {uniform: [a, b]} -> 'aK–bK'."""
+    if isinstance(spec, dict) and "uniform" in spec:
+        low, high = spec["uniform"]
+        return f"{low // 1000:.0f}K–{high // 1000:.0f}K"
+    return f"{spec // 1000:.0f}K"
+
+
 def demo_incident() -> str:
+    """The declared incident (the scenario's ground truth), the burst that starts it, and each
+    later burst, which alerts again (tests/test_readme.py replays the classification to check)."""
     sc = scenarios.load(DEMO)
     first = {}
     for t in sc.truth:
         first.setdefault(t.cls, t)
     backlog, contention = first["prefill_backlog"], first["decode_contention"]
-    return (f"The demo simulator replays seed 000's long-context incident, a "
+    start, *later = bursts(sc)
+    text = (f"The demo simulator replays seed 000's long-context incident, a "
             f"{minutes(sc.duration)} scenario, in a\n"
-            f"loop from the moment it starts: a prefill backlog from {backlog.start:.0f} s "
-            f"({minutes(backlog.start)}) into it, for\n"
-            f"{backlog.end - backlog.start:.0f} s, then decode contention from "
-            f"{contention.start:.0f} s ({minutes(contention.start)}), for "
-            f"{contention.end - contention.start:.0f} s.\n")
+            f"loop from the moment it starts: a burst of {start['burst']} requests of "
+            f"{_tokens(start['input_tokens'])} tokens at {start['at']:.0f} s makes a\n"
+            f"prefill backlog from {backlog.start:.0f} s ({minutes(backlog.start)}) into it, "
+            f"for {backlog.end - backlog.start:.0f} s, then decode contention from "
+            f"{contention.start:.0f} s\n({minutes(contention.start)}), for "
+            f"{contention.end - contention.start:.0f} s.")
+    for b in later:
+        text += (f" The same burst again at {b['at']:.0f} s ({minutes(b['at'])}) alerts a "
+                 "second time, the same\nway (a prefill backlog, then decode contention), "
+                 f"before the loop starts over at {minutes(sc.duration)}.")
+    return text + "\n"
 
 
 def home(s: Settings) -> Path:
