@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_obs.core.doc_blocks import replace_blocks
 from sglang_obs.core.settings import Settings
 from sglang_obs.generate.files import ORPHAN, sync
 
@@ -61,6 +62,10 @@ def rules(s: Settings) -> tuple[Files, Owned]:
     doc = s.docs_dir / "runbooks.md"
     if s.shipped and doc.is_file():  # the runbook quotes the shipped rules
         files[doc] = runbooks.render(doc.read_text(), t)
+    alerting = s.docs_dir / "alerting.md"
+    if s.shipped and alerting.is_file():  # and the alerting guide the shipped SLO
+        files[alerting] = replace_blocks(alerting.read_text(),
+                                         {"slo-defaults": r.slo_doc_block(t)}, alerting)
     return files, []
 
 
