@@ -147,6 +147,16 @@ def test_the_report_says_which_alerts_reached_a_receiver(incident):
     assert "reached the ticket receiver" in report
 
 
+def _snapshot_with_log(b, url, log, out):
+    """The snapshot command over the incident's window with an alert sink's log; its
+    summary.json."""
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.end), "--alerts-log", str(log), "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads((out / "summary.json").read_text())
+
+
 def test_the_alert_sink_log_says_which_alerts_a_receiver_got(incident, tmp_path):
     b, url, out, _ = incident
     summary = json.loads((out / "summary.json").read_text())
@@ -160,12 +170,7 @@ def test_the_alert_sink_log_says_which_alerts_a_receiver_got(incident, tmp_path)
                   "labels": {"alertname": "SGLangPrefillBacklog", "severity": "warning",
                              "instance": backlog["labels"]["instance"]}})
     log.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
-                             "--to", str(b.end), "--alerts-log", str(log), "--out",
-                             str(tmp_path / "pack")], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    summary = json.loads((tmp_path / "pack/summary.json").read_text())
+    summary = _snapshot_with_log(b, url, log, tmp_path / "pack")
     verdicts = {a["alertname"]: (a["delivery"]["verdict"], a["delivery"]["source"])
                 for a in summary["alerts"]}
     assert verdicts["SGLangPrefillBacklog"] == ("notified", "alert-sink log")
@@ -204,12 +209,7 @@ def test_an_alert_sink_log_with_the_alert_s_notifications_is_the_source(incident
     log.write_text("".join(json.dumps(line) + "\n" for line in (
         {"time": first + 31, "receiver": "ticket", "status": "firing", "labels": labels},
         {"time": first + 200, "receiver": "ticket", "status": "resolved", "labels": labels})))
-    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
-                             "--to", str(b.end), "--alerts-log", str(log), "--out",
-                             str(tmp_path / "pack")], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    summary = json.loads((tmp_path / "pack/summary.json").read_text())
+    summary = _snapshot_with_log(b, url, log, tmp_path / "pack")
     delivery = {a["alertname"]: a["delivery"] for a in summary["alerts"]}
     print(json.dumps(delivery["SGLangPrefillBacklog"]))
     assert (delivery["SGLangPrefillBacklog"]["verdict"],

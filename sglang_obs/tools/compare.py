@@ -133,20 +133,21 @@ LOAD = (
     Metric("generation_tokens_per_second", "generated tokens/s", "ratio", "tokens/s", None),
     Metric("cache_hit_ratio", "prefix cache hit ratio", "ratio", "ratio", None),
 )
+# (key, quantity over the window (core/quantities.py), kind, unit, better, q); and one share.
+_OUTCOME = (
+    ("ttft_p50_seconds", "time_to_first_token_p50", "hist", "s", "lower", 0.5),
+    ("ttft_p95_seconds", "time_to_first_token_p95", "hist", "s", "lower", 0.95),
+    ("queue_time_p95_seconds", "queue_time_p95", "hist", "s", "lower", 0.95),
+    ("decode_speed_p10", "decode_speed_p10", "samples", "tok/s", "higher", 0.1),
+    ("decode_speed_p50", "decode_speed_p50", "samples", "tok/s", "higher", 0.5),
+    ("itl_p95_seconds", "inter_token_latency_p95", "hist", "s", "lower", 0.95),
+)
 OUTCOME = (
-    Metric("ttft_p50_seconds", q("time_to_first_token_p50_window").label, "hist", "s", "lower",
-           0.5),
-    Metric("ttft_p95_seconds", q("time_to_first_token_p95_window").label, "hist", "s", "lower",
-           0.95),
-    Metric("queue_time_p95_seconds", q("queue_time_p95_window").label, "hist", "s", "lower",
-           0.95),
+    *(Metric(key, q(f"{quantity}_window").label, kind, unit, better, level)
+      for key, quantity, kind, unit, better, level in _OUTCOME[:3]),
     Metric("queued_share", "time with requests queued", "ratio", "share", "lower"),
-    Metric("decode_speed_p10", q("decode_speed_p10_window").label, "samples", "tok/s", "higher",
-           0.1),
-    Metric("decode_speed_p50", q("decode_speed_p50_window").label, "samples", "tok/s", "higher",
-           0.5),
-    Metric("itl_p95_seconds", q("inter_token_latency_p95_window").label, "hist", "s", "lower",
-           0.95),
+    *(Metric(key, q(f"{quantity}_window").label, kind, unit, better, level)
+      for key, quantity, kind, unit, better, level in _OUTCOME[3:]),
 )
 METRICS = {m.key: m for m in (*LOAD, *OUTCOME)}
 # The histogram each hist metric reads (its bounds are the window's `bounds[<histogram>]`).
