@@ -101,9 +101,16 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def prometheus(data: Path, config: str = "global: {scrape_interval: 1m}\n",
+def prometheus(data: Path, config: str | None = None,
                retention: str = "30d") -> Iterator[str]:
-    """A Prometheus on loopback over `data`; yields its URL."""
+    """A Prometheus on loopback over `data`; yields its URL. Its default config has the shipped
+    evaluation interval: a subquery without a resolution (`[30s:]`, the alerts' sustain) steps
+    at it, and at Prometheus's own default (1m) a 30 s window holds a point or none depending
+    on the wall clock's phase, so an alert expression queried here would differ from the
+    live one."""
+    if config is None:
+        config = (f"global: {{scrape_interval: 1m, evaluation_interval: "
+                  f"{default().evaluation_interval_s:g}s}}\n")
     binary = _binary("prometheus")
     port = _free_port()
     workdir = Path(tempfile.mkdtemp(prefix="prom-"))
