@@ -168,7 +168,9 @@ def test_one_server_s_alerts_arrive_as_one_notification(live):
     assert wait_for(lambda: len([e for e in sink.received
                                  if e["labels"]["alertname"] != "Watchdog"]) >= 3, 20)
     time.sleep(2)
-    got = [e for e in sink.received if e["labels"]["alertname"] != "Watchdog"]
+    # A later flush of a group repeats what it already sent: the sink marks those lines.
+    got = [e for e in sink.received if e["labels"]["alertname"] != "Watchdog"
+           and not e.get("duplicate")]
     by_server = {}
     for e in got:
         by_server.setdefault(e["labels"]["instance"], set()).add((e["notification"], e["group"]))
