@@ -114,7 +114,3 @@ QUANTITIES: dict[str, Quantity] = {
 def q(key: str) -> Quantity:
     return QUANTITIES[key]
 
-
-def by_record(record: str) -> Quantity | None:
-    """The quantity a recording rule computes, if it is one a person reads."""
-    return next((x for x in QUANTITIES.values() if x.record == record), None)
