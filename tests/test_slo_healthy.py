@@ -84,7 +84,7 @@ def test_no_alert_fires_over_three_days(scenario, tmp_path):
     checks += [(f"{a['alert']} burn alone ({dict(a['labels'])['long']})", burn_condition(a),
                 a["for"]) for a in shipped_alerts(s) if BURN.search(a["expr"])]
     fired, lines = [], []
-    with prometheus(b.data) as url:
+    with prometheus(b.data, s=s) as url:
         for name, expr, for_ in checks:
             runs = pending(url, expr, b.start, b.end, step)
             worst = max(runs.values(), default=None)

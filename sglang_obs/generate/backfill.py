@@ -102,7 +102,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def prometheus(data: Path, config: str | None = None,
-               retention: str = "30d") -> Iterator[str]:
+               retention: str = "30d", s: Settings | None = None) -> Iterator[str]:
     """A Prometheus on loopback over `data`; yields its URL. Its default config has the shipped
     evaluation interval: a subquery without a resolution (`[30s:]`, the alerts' sustain) steps
     at it, and at Prometheus's own default (1m) a 30 s window holds a point or none depending
@@ -110,7 +110,7 @@ def prometheus(data: Path, config: str | None = None,
     live one."""
     if config is None:
         config = (f"global: {{scrape_interval: 1m, evaluation_interval: "
-                  f"{default().evaluation_interval_s:g}s}}\n")
+                  f"{(s or default()).evaluation_interval_s:g}s}}\n")
     binary = _binary("prometheus")
     port = _free_port()
     workdir = Path(tempfile.mkdtemp(prefix="prom-"))
@@ -189,7 +189,7 @@ def backfill(name: str, data: Path, step: int | None = None, end: float | None =
             rule_file.write_text(yaml.safe_dump(
                 {"groups": [{"name": f"backfill-level-{i}", "rules": rules}]}, width=1000))
             out = Path(tmp) / f"blocks{i}"
-            with prometheus(data) as url:
+            with prometheus(data, s=s) as url:
                 _run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={int(start)}",
                       f"--end={int(end) + step}", f"--url={url}", f"--eval-interval={step}s",
                       f"--output-dir={out}", str(rule_file)])
