@@ -75,8 +75,9 @@ READINGS = {
                              "full: a compute or scheduling limit, not capacity exhausted."),
     "running_at_limit_speed_falling": ("decode_contention", "Running at the limit and generation "
                                        "speed falling: decode contention."),
-    "batch_grown_speed_falling": ("decode_contention", "Running batch well past its usual size "
-                                  "and generation speed falling: decode contention."),
+    "batch_grown_speed_falling": ("decode_contention", "Running batch of long requests well "
+                                  "past its usual size and generation speed falling: decode "
+                                  "contention."),
     "kv_full": ("kv_capacity", "KV cache at its limit, or requests retracted: capacity "
                 "exhausted."),
     "memory_full_gpu_idle": (None, "GPU memory full but GPU idle: static preallocation "
@@ -95,6 +96,7 @@ class Classification:
     decode_speed_collapse_ratio: float
     decode_speed_drop_ratio: float
     min_kv_for_contention: float
+    min_kv_tokens_per_running_request: float
     running_ratio_at_limit: float
     running_growth_factor: float
     min_running_for_contention: float
@@ -163,6 +165,7 @@ class Signals:
     prefill_backlog: float | None = None  # instance:sglang_prefill_backlog_tokens:max
     waiting: float | None = None  # instance:sglang_waiting_requests:max
     running: float | None = None  # instance:sglang_running_requests:max
+    kv_used: float | None = None  # instance:sglang_kv_used_tokens:max
     running_ratio: float | None = None  # instance:sglang_running_requests_per_max:ratio
     speed: float | None = None  # instance:sglang_decode_speed_per_request:max
     speed_p90_1h: float | None = None  # instance:sglang_decode_speed_per_request:p90_1h
@@ -183,12 +186,13 @@ def _times(factor: float, value: float | None) -> float | None:
 
 
 def decode_branches(s: Signals, c: Classification) -> tuple[bool, bool]:
-    """(collapse at the limit, drop with a grown batch): the two halves of decode contention."""
+    """(collapse at the limit, drop with a grown batch of long requests): the two halves of decode contention."""
     collapse = (_lt(s.speed, _times(c.decode_speed_collapse_ratio, s.speed_p90_1h))
                 and _ge(s.running_ratio, c.running_ratio_at_limit))
     drop = (_lt(s.speed, _times(c.decode_speed_drop_ratio, s.speed_p90_1h))
             and _ge(s.running, c.min_running_for_contention)
-            and _ge(s.running, _times(c.running_growth_factor, s.running_avg_1h)))
+            and _ge(s.running, _times(c.running_growth_factor, s.running_avg_1h))
+            and _ge(s.kv_used, _times(c.min_kv_tokens_per_running_request, s.running)))
     return collapse, drop
 
 
@@ -423,6 +427,7 @@ class ServerTracker:
             prefill_backlog=d.prefill_backlog_tokens,
             waiting=d.waiting_requests,
             running=d.running_requests,
+            kv_used=d.kv_used_tokens,
             running_ratio=d.running_requests_ratio,
             speed=d.decode_speed_per_request,
             speed_p90_1h=quantile(0.9, speeds),
@@ -683,7 +688,8 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
         return (f"Each request generates {speed(s.speed)}, "
                 f"{percent(_div(s.speed, s.speed_p90_1h))} of its usual "
                 f"{speed(s.speed_p90_1h)} (1 h p90), with {slots}: "
-                f"{grown or 0:.1f}× the usual batch of {s.running_avg_1h or 0:.1f}.")
+                f"{grown or 0:.1f}× the usual batch of {s.running_avg_1h or 0:.1f}, "
+                f"{count(_div(s.kv_used, s.running))} KV tokens each.")
     if state == "scheduling_bottleneck":
         return (f"Requests have waited {seconds(s.queue_seconds)} continuously while the KV "
                 f"cache is only {percent(s.kv_occupancy)} full: they wait for a running slot or "
@@ -731,7 +737,8 @@ def readings(state: str, s: Signals, c: Classification, gpus: Sequence[Mapping[s
             grown = _div(s.running, s.running_avg_1h) or 0.0
             found.append(("batch_grown_speed_falling",
                           f"{count(s.running)} running, {grown:.1f}× the usual batch of "
-                          f"{s.running_avg_1h or 0:.1f}, and {usual}: decode contention."))
+                          f"{s.running_avg_1h or 0:.1f}, {count(_div(s.kv_used, s.running))} KV "
+                          f"tokens each, and {usual}: decode contention."))
     elif state == "kv_capacity":
         found.append(("kv_full",
                       f"KV cache {percent(s.kv_occupancy)} full (the limit is "

@@ -50,12 +50,12 @@ def test_decode_contention_with_a_grown_batch_far_from_the_limit_has_its_reading
     # "None of the four reading patterns applies now": the batch had grown to twice its usual
     # size (the classification's second branch), the seed's pattern wants it at the limit.
     s = Signals(available=True, kv_occupancy=0.3, prefill_backlog=0.0, waiting=0.0, running=6.0,
-                running_ratio=6 / 44, speed=12.0, speed_p90_1h=40.0, running_avg_1h=2.5,
+                kv_used=6 * 90_000.0, running_ratio=6 / 44, speed=12.0, speed_p90_1h=40.0, running_avg_1h=2.5,
                 queue_seconds=0.0)
     assert classify(s, C) == "decode_contention"
     shown = readings("decode_contention", s, C, [], {})
     assert [r["id"] for r in shown] == ["batch_grown_speed_falling"]
-    assert "6 running, 2.4× the usual batch of 2.5" in shown[0]["text"]
+    assert "6 running, 2.4× the usual batch of 2.5, 90,000 KV tokens each" in shown[0]["text"]
     _check(s, [], {})
 
 
@@ -74,6 +74,7 @@ def test_no_badge_without_its_reading_and_no_reading_of_another_state():
             prefill_backlog=maybe(rng.choice([0.0, rng.uniform(0, 3e5)])),
             waiting=maybe(float(rng.randint(0, 6))),
             running=running,
+            kv_used=maybe(rng.choice([0.0, rng.uniform(0, 2e6)])),
             running_ratio=None if running is None else running / limit,
             speed=maybe(rng.uniform(1, 60)),
             speed_p90_1h=maybe(rng.uniform(10, 60)),

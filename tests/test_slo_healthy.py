@@ -25,12 +25,6 @@ from helpers import query_range
 DAYS = 3
 BURN = re.compile(r"instance_model:sglang_\w+_slo_errors:ratio_rate\w+ > [-+.0-9e]+")
 QUIET = ("healthy", "idle-preallocated")
-# Open in issue 27 (found by this test once its Prometheus stepped subqueries at the shipped
-# 15 s, as a live one does): after an hour of history the healthy scenario's batch swings hold
-# decode_contention for 60 s, one evaluation past the 45 s sustain, once per 30-minute round.
-# Only this exact alert is tolerated, and only on healthy; anything else fails.
-KNOWN = {"healthy": ("SGLangDecodeContention ", "decode contention on a healthy server "
-                     "(issue 27, open)")}
 
 
 def shipped_alerts(s):
@@ -105,9 +99,6 @@ def test_no_alert_fires_over_three_days(scenario, tmp_path):
     print(f"\n{scenario}, {DAYS} days:\n  " + "\n  ".join(lines))
     slo = [f for f in fired if "BudgetBurn" in f]
     assert not slo, "\n".join(slo)
-    known = KNOWN.get(scenario)
-    if known and fired and all(f.startswith(known[0]) for f in fired):
-        pytest.xfail(f"{known[1]}: " + "; ".join(fired))
     assert not fired, "\n".join(fired)
 
 

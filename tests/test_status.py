@@ -73,7 +73,8 @@ def test_verdict_priority_is_the_recording_rules_order():
     assert tuple(k.state for k in rules.state_classes(t)) == PRIORITY
 
 
-BUSY = dict(available=True, kv_occupancy=0.3, waiting=0.0, running=8.0, running_ratio=0.5,
+BUSY = dict(available=True, kv_occupancy=0.3, kv_used=8 * 20_000.0, waiting=0.0, running=8.0,
+            running_ratio=0.5,
             speed=20.0, speed_p90_1h=20.0, running_avg_1h=8.0, queue_seconds=0.0,
             prefill_backlog=0.0)
 
@@ -92,6 +93,11 @@ BUSY = dict(available=True, kv_occupancy=0.3, waiting=0.0, running=8.0, running_
     (dict(BUSY, speed=9.9, running_ratio=0.89, running_avg_1h=5.0), "healthy"),
     (dict(BUSY, speed=13.9, running_avg_1h=4.0), "decode_contention"),
     (dict(BUSY, speed=13.9, running_avg_1h=4.1), "healthy"),
+    # ...of long requests: a grown batch of short chats slows only until it drains
+    (dict(BUSY, speed=13.9, running_avg_1h=4.0, kv_used=8 * 8000.0), "decode_contention"),
+    (dict(BUSY, speed=13.9, running_avg_1h=4.0, kv_used=8 * 7999.0), "healthy"),
+    (dict(BUSY, speed=13.9, running_avg_1h=4.0, kv_used=None), "healthy"),
+    (dict(BUSY, speed=9.9, running_ratio=0.9, kv_used=8 * 3000.0), "decode_contention"),
     (dict(BUSY, speed=13.9, running=3.0, running_avg_1h=1.0), "healthy"),
     (dict(BUSY, speed=1.0, running_ratio=1.0, kv_occupancy=0.04), "healthy"),
     (dict(BUSY, speed=1.0, running_ratio=1.0, speed_p90_1h=None), "healthy"),

@@ -230,7 +230,7 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
                " unless on (cluster, instance) (instance:sglang_running_requests_per_max:ratio >= "
                f"{c['running_ratio_at_limit']})")
     # At the limit a batch is slower per request anyway: only a collapse counts there; below
-    # it, a batch twice its usual size with a clear drop does.
+    # it, a batch of long requests twice its usual size with a clear drop does.
     decode = f"""(((instance:sglang_decode_speed_per_request:max
     < {c['decode_speed_collapse_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
    and on (cluster, instance)
@@ -239,7 +239,9 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
        < {c['decode_speed_drop_ratio']} * instance:sglang_decode_speed_per_request:p90_1h)
       and on (cluster, instance) (instance:sglang_running_requests:max >= {c['min_running_for_contention']})
       and on (cluster, instance) (instance:sglang_running_requests:max
-                         >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h))
+                         >= {c['running_growth_factor']} * instance:sglang_running_requests:avg_1h)
+      and on (cluster, instance) (instance:sglang_kv_used_tokens:max
+                         >= {c['min_kv_tokens_per_running_request']} * instance:sglang_running_requests:max))
  ) and on (cluster, instance) (instance:sglang_kv_occupancy:ratio >= {c['min_kv_for_contention']})"""  # noqa: E501
     scheduling = (f"(instance:sglang_queue_nonempty_duration_seconds:max >= "
                   f"{c['scheduling_queue_seconds']})"
@@ -266,7 +268,8 @@ def state_classes(t: dict) -> tuple[StateClass, ...]:
                    f"{c['decode_speed_collapse_ratio']} × its 1 h p90 with running ≥ {limit}, "
                    f"or < {c['decode_speed_drop_ratio']} × its 1 h p90 with running ≥ "
                    f"{c['min_running_for_contention']} and ≥ {c['running_growth_factor']} × its "
-                   "1 h average"),
+                   f"1 h average, holding ≥ {c['min_kv_tokens_per_running_request']} KV tokens per "
+                   "running request (`instance:sglang_kv_used_tokens:max`): long requests"),
         StateClass("scheduling_bottleneck", scheduling,
                    f"the queue has been non-empty ≥ {c['scheduling_queue_seconds']} s "
                    "(`instance:sglang_queue_nonempty_duration_seconds:max`) while KV occupancy "
@@ -310,6 +313,9 @@ def state_group(t: dict) -> Group:
     g.append(Record("instance:sglang_running_requests_per_max:ratio",
                     f"max by (cluster, host, instance) (sglang_obs_running_requests_ratio{{{e}}})",
                     "Running requests over the effective max_running_requests."))
+    g.append(Record("instance:sglang_kv_used_tokens:max",
+                    f"max by (cluster, host, instance) (sglang_obs_kv_used_tokens{{{e}}})",
+                    "KV tokens held by the running requests: per request, how long they are."))
     g.append(Record("instance:sglang_kv_occupancy:ratio",
                     f"max by (cluster, host, instance) (sglang_obs_kv_occupancy_ratio{{{e}}})",
                     "KV pool used over capacity at full resolution."))
@@ -561,8 +567,8 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             "SGLangDecodeContention", "instance:sglang_decode_speed_per_request:max",
             "decode_contention",
             "State decode_contention: too many long requests decode at once; each one is slow. "
-            "A healthy server's batch swings into the state for up to half a minute, hence "
-            "the longer sustain.",
+            "No quiet scenario enters the state (a burst of short requests is not contention), "
+            "so one more evaluation suffices.",
             summary="SGLang requests are slowed by decode contention.",
             description="{{ $labels.instance }} is in state decode_contention: each request "
                         "decodes well below its usual speed. "
