@@ -12,7 +12,10 @@
   kubernetes-validate at a pinned Kubernetes version, kustomizations complete, the release label
   from the overlay (a small kustomize model);
 - the exporter hardened (non-root, read-only root, no capabilities, requests and limits, no
-  hostPID unless per-process GPU memory is on), the example workload wired to the monitors.
+  hostPID unless per-process GPU memory is on), the example workload wired to the monitors;
+- network policies: every pod shipped is selected for ingress and egress, the exporter's port
+  admits the scraping Prometheus only, the Prometheus selector is one overlay patch away; the
+  example SGLang container hardened as the exporter is (non-root, read-only root, emptyDirs).
 """
 
 import copy
@@ -644,7 +647,7 @@ def test_core_objects_pass_kubernetes_validate():
     kubernetes_validate = require_module("kubernetes_validate")
     core = [o for o in every_object() if not o["apiVersion"].startswith(CUSTOM_GROUP)]
     assert {o["kind"] for o in core} >= {"Deployment", "DaemonSet", "ConfigMap", "Secret",
-                                         "Service", "ServiceAccount"}
+                                         "Service", "ServiceAccount", "NetworkPolicy"}
     for obj in core:
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
@@ -834,3 +837,214 @@ def test_docs_explain_the_layout_and_the_readme_links_them():
     for needle in ("alertmanagerConfigMatcherStrategy", "remoteWrite", "externalLabels",
                    kubernetes.RECEIVER_SECRET, "grafana_dashboard"):
         assert needle in docs, needle
+
+
+# --- network policies -------------------------------------------------------------------------
+
+# prometheus-operator labels every Prometheus pod it runs so (kube-prometheus-stack's among them).
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # set by Kubernetes on every namespace
+DNS = {("UDP", 53), ("TCP", 53)}
+HTTPS = ("TCP", 443)
+
+
+def builds() -> dict[str, list[dict]]:
+    """What `kubectl apply -k` sends for each overlay (and with the opt-in component)."""
+    return {"kube-prometheus-stack": kps_objects(), "example": example_objects(),
+            "example+gpu-processes": example_objects(True)}
+
+
+def workloads(objects) -> list[dict]:
+    """Every object that runs pods (all of them have a pod template; a bare Pod or a CronJob
+    would need another reading)."""
+    assert not [o for o in objects if o["kind"] in ("Pod", "CronJob")]
+    return [o for o in objects if "template" in o.get("spec", {})]
+
+
+def selects(policy: dict, workload: dict) -> bool:
+    selector = policy["spec"]["podSelector"]
+    assert set(selector) <= {"matchLabels"}, "only matchLabels is read here"
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    return (policy["metadata"].get("namespace") == workload["metadata"].get("namespace")
+            and selector.get("matchLabels", {}).items() <= labels.items())
+
+
+def policies_of(objects, workload) -> list[dict]:
+    return [p for p in by_kind(objects, "NetworkPolicy") if selects(p, workload)]
+
+
+def prometheus_peer() -> dict:
+    """The Prometheus of the kube-prometheus-stack overlay: its namespace, its pods' labels."""
+    namespace = kustomization(KPS)["namespace"]
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: namespace}},
+            "podSelector": {"matchLabels": PROMETHEUS_POD_LABELS}}
+
+
+def declared_ports(workload) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for c in pod_spec(workload)["containers"]
+            for p in c.get("ports", [])}
+
+
+def rule_ports(rule: dict, workload: dict | None = None) -> set[tuple[str, int]]:
+    """(protocol, port number) of a rule; named ports read from the workload's containers."""
+    out = set()
+    for port in rule["ports"]:
+        assert "endPort" not in port, "a port range"
+        number = port["port"]
+        if isinstance(number, str):
+            number = declared_ports(workload)[number]
+        out.add((port.get("protocol", "TCP"), number))
+    return out
+
+
+def test_every_pod_shipped_is_selected_by_a_networkpolicy_for_ingress_and_egress():
+    seen = 0
+    for build_name, objects in builds().items():
+        for workload in workloads(objects):
+            where = f"{build_name}: {workload['kind']} {workload['metadata']['name']}"
+            found = policies_of(objects, workload)
+            assert found, f"{where}: no NetworkPolicy selects its pods"
+            types = {t for p in found for t in p["spec"]["policyTypes"]}
+            assert types == {"Ingress", "Egress"}, where
+            seen += 1
+    assert seen >= 4  # the example Deployment and the GPU DaemonSet, with and without hostPID
+
+
+def test_the_exporters_port_admits_only_the_prometheus_that_scrapes_it():
+    """On every pod running the exporter: each ingress rule names its sources and its ports
+    (no rule admits everything), the exporter's port is admitted from the Prometheus selector
+    alone, and nothing the pod does not declare is admitted."""
+    checked = 0
+    for build_name, objects in builds().items():
+        for workload, container in exporter_containers(objects):
+            where = f"{build_name}: {workload['kind']} {workload['metadata']['name']}"
+            port = {p["name"]: p["containerPort"] for p in container["ports"]}[
+                kubernetes.EXPORTER_PORT_NAME]
+            rules = [r for p in policies_of(objects, workload) for r in p["spec"]["ingress"]]
+            for rule in rules:
+                assert rule.get("from"), f"{where}: a rule without `from` admits every source"
+                assert rule.get("ports"), f"{where}: a rule without `ports` admits every port"
+            admitting = [r for r in rules if ("TCP", port) in rule_ports(r, workload)]
+            assert admitting, f"{where}: Prometheus cannot scrape the exporter"
+            for rule in admitting:
+                assert rule["from"] == [prometheus_peer()], where
+            admitted = set().union(*(rule_ports(r, workload) for r in rules))
+            assert admitted <= {("TCP", p) for p in declared_ports(workload).values()}, where
+            if all(c["name"] == container["name"] for c in pod_spec(workload)["containers"]):
+                assert admitted == {("TCP", port)}, f"{where}: its metrics port only"
+            checked += 1
+    assert checked >= 4
+
+
+def test_the_example_servers_port_admits_prometheus_its_sidecar_and_its_namespace():
+    objects = example_objects()
+    deployment = one(objects, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    port = declared_ports(deployment)[kubernetes.SGLANG_PORT_NAME]
+    rules = [r for p in policies_of(objects, deployment) for r in p["spec"]["ingress"]]
+    peers = [peer for r in rules if ("TCP", port) in rule_ports(r, deployment)
+             for peer in r["from"]]
+    assert prometheus_peer() in peers  # the sglang PodMonitor
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": labels[
+        "app.kubernetes.io/name"]}}} in peers  # the sidecar, over the pod IP
+    assert {"podSelector": {}} in peers  # the clients: pods of the server's namespace
+    for peer in peers:  # nothing from other namespaces but Prometheus
+        assert "ipBlock" not in peer
+        assert peer == prometheus_peer() or "namespaceSelector" not in peer, peer
+
+
+def test_egress_is_dns_the_sidecars_poll_and_the_model_download_only():
+    objects = example_objects(True)
+    daemonset = one(objects, "DaemonSet")
+    for policy in policies_of(objects, daemonset):  # NVML only: no network at all
+        assert "Egress" in policy["spec"]["policyTypes"]
+        assert policy["spec"].get("egress", []) == []
+    deployment = one(objects, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    sglang_port = declared_ports(deployment)[kubernetes.SGLANG_PORT_NAME]
+    rules = [r for p in policies_of(objects, deployment) for r in p["spec"]["egress"]]
+    for rule in rules:
+        assert rule.get("to"), f"a rule without `to` admits every destination: {rule}"
+        assert rule.get("ports"), f"a rule without `ports` admits every port: {rule}"
+    by_port = {}
+    for rule in rules:
+        for port in rule_ports(rule, deployment):
+            by_port.setdefault(port, []).extend(rule["to"])
+    assert set(by_port) == DNS | {("TCP", sglang_port), HTTPS}
+    for peer in by_port[("TCP", sglang_port)]:  # the sidecar polls its own pod
+        assert set(peer) == {"podSelector"}, peer
+        assert peer["podSelector"]["matchLabels"].items() <= labels.items()
+    for port in DNS:
+        for peer in by_port[port]:
+            assert peer["namespaceSelector"] == {"matchLabels": {NAMESPACE_LABEL: "kube-system"}}
+    for peer in by_port[HTTPS]:  # the Hugging Face Hub: outside the cluster's networks
+        assert set(peer) == {"ipBlock"}, peer
+        assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= set(
+            peer["ipBlock"]["except"])
+    # The exporter's own address for SGLang is an IP: it needs no DNS.
+    [exporter] = [c for _, c in exporter_containers([deployment])]
+    assert env(exporter)["SGLANG_OBS_SGLANG_URL"].startswith("http://$(POD_IP):")
+
+
+def test_the_prometheus_selector_is_one_overlay_patch_away(tmp_path):
+    """The example overlay names the Prometheus peer once, in a patch of its kustomization:
+    another namespace or other pod labels is an edit there."""
+    [patch] = [p for p in kustomization(EXAMPLE)["patches"]
+               if p["target"] == {"kind": "NetworkPolicy"}]
+    [op] = yaml.safe_load(patch["patch"])
+    assert op["value"] == prometheus_peer()  # the kube-prometheus-stack overlay's namespace
+    for policy in by_kind(example_objects(True), "NetworkPolicy"):
+        assert policy["spec"]["ingress"][0]["from"] == [prometheus_peer()]
+    shutil.copytree(K8S, tmp_path / "deploy" / "kubernetes")
+    mine = tmp_path / "deploy" / "kubernetes" / "overlays" / "mine"
+    shutil.copytree(EXAMPLE, mine)
+    spec = kustomization(mine)
+    other = {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "observability"}},
+             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                             "operator.prometheus.io/name": "main"}}}
+    for p in spec["patches"]:
+        if p["target"] == {"kind": "NetworkPolicy"}:
+            p["patch"] = yaml.safe_dump([{**op, "value": other}])
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(spec))
+    policies = by_kind(build(mine), "NetworkPolicy")
+    assert len(policies) == 2
+    for policy in policies:
+        peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+        assert other in peers
+        assert prometheus_peer() not in peers
+
+
+def test_the_example_sglang_container_is_hardened():
+    deployment = one(example_objects(), "Deployment")
+    pod = pod_spec(deployment)
+    [sglang] = [c for c in pod["containers"] if c["name"] == "sglang"]
+    sc = sglang["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert isinstance(sc["runAsUser"], int)
+    assert sc["runAsUser"] > 0  # not root
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert not sc.get("privileged")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    seccomp = sc.get("seccompProfile", pod["securityContext"].get("seccompProfile"))
+    assert seccomp == {"type": "RuntimeDefault"}
+    assert sglang["resources"]["limits"]["nvidia.com/gpu"] >= 1  # the GPU request still there
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in sglang["volumeMounts"]}
+    assert mounts["/dev/shm"]["emptyDir"]["medium"] == "Memory"  # NCCL, torch multiprocessing
+    assert "/tmp" in mounts  # tempfile, SGLang's PROMETHEUS_MULTIPROC_DIR, TorchInductor
+    variables = env(sglang)
+    for name in ("HOME", "HF_HOME"):  # ~/.cache (Triton, FlashInfer...), the model weights
+        assert variables[name] in mounts, f"{name}: not a writable mount"
+    for path, volume in mounts.items():
+        assert "emptyDir" in volume, f"{path}: writable, and gone with the pod"
+        assert volume["emptyDir"].get("sizeLimit"), f"{path}: bounded"
+        # A mount inside another is created root-owned by the runtime: the non-root user
+        # could not write next to it.
+        assert not [p for p in mounts if p != path and p.startswith(path.rstrip("/") + "/")]
+    # Its writable folders are its own: not the sidecar's.
+    [exporter] = [c for c in pod["containers"] if c["name"] != "sglang"]
+    shared = {m["name"] for m in sglang["volumeMounts"]} & {
+        m["name"] for m in exporter["volumeMounts"]}
+    assert all(m["readOnly"] for m in exporter["volumeMounts"] if m["name"] in shared)

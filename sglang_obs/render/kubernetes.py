@@ -20,10 +20,14 @@ compose stack runs, so the two deployments cannot drift apart.
   holding grafana/dashboards/*.json byte for byte.
 - The exporter: a sidecar in the example SGLang Deployment, a node DaemonSet for GPU health
   (kustomize components), kustomizations; docs/kubernetes.md explains the choices.
+- NetworkPolicy per pod shipped (the GPU DaemonSet's in its component, the example server's in
+  its overlay): the exporter's port admits the scraping Prometheus only, from the ports and
+  labels above; the example overlay names that Prometheus once, in a patch.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
@@ -55,6 +59,28 @@ def job_ports(selectors: dict) -> dict[str, str]:
     return {selectors["sglang_job"]: SGLANG_PORT_NAME,
             selectors["exporter_job"]: EXPORTER_PORT_NAME}
 
+
+# kube-prometheus-stack as the kube-prometheus-stack overlay installs it: the Helm release's
+# namespace (the overlay's, the Secret's, the NetworkPolicies' Prometheus peer) and its name.
+MONITORING_NAMESPACE = "monitoring"
+KPS_RELEASE = "kube-prometheus-stack"
+# Every pod prometheus-operator runs for a Prometheus carries this label (kube-prometheus-stack's
+# among them): with the namespace, the only source the exporter's port admits.
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # Kubernetes sets it on every namespace
+# The example workload: its name (Deployment, Service, ServiceAccount, pod label) and namespace.
+EXAMPLE_NAME = "sglang-example"
+EXAMPLE_NAMESPACE = "sglang"
+# Egress of the example pod besides its own SGLang port: the cluster DNS (CoreDNS keeps
+# kube-dns's label) and HTTPS out of the cluster's networks (the model download).
+DNS_PEER = {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+DNS_PORT = 53
+HTTPS_PORT = 443
+# Private, carrier-grade NAT and link-local (cloud metadata) ranges: pods, services, nodes and
+# the API server live there; the Hugging Face Hub does not.
+NOT_THE_INTERNET = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                    "169.254.0.0/16")
 
 # Receivers' webhook URLs live in this Secret (created by the user, never committed).
 RECEIVER_SECRET = "sglang-obs-receivers"
@@ -380,7 +406,7 @@ def secret_keys(am_config: dict) -> list[str]:
 SECRET_EXAMPLE = """\
 # The Secret the AlertmanagerConfig reads its receivers' webhook URLs from. An EXAMPLE: it is
 # listed in no kustomization, so `kubectl apply -k` never overwrites your real one. Either
-#   kubectl -n monitoring create secret generic {name} {literals}
+#   kubectl -n {namespace} create secret generic {name} {literals}
 # or copy this file outside the repository, put your URLs in, and `kubectl apply -f` it.
 # prometheus-operator reads it in the AlertmanagerConfig's namespace.
 """
@@ -390,13 +416,14 @@ def receivers_secret(am_config: dict) -> str:
     keys = secret_keys(am_config)
     literals = " ".join(f"--from-literal={key}=https://..." for key in keys)
     obj = {"apiVersion": "v1", "kind": "Secret",
-           "metadata": {"name": RECEIVER_SECRET, "namespace": "monitoring",
+           "metadata": {"name": RECEIVER_SECRET, "namespace": MONITORING_NAMESPACE,
                         "labels": dict(PART_OF)},
            "type": "Opaque",
            "stringData": {key: f"https://REPLACE-ME.invalid/{key.removesuffix('-url')}"
                           for key in keys}}
     return (GENERATED.format(source="alertmanager/alertmanager.yml (receivers)")
-            + SECRET_EXAMPLE.format(name=RECEIVER_SECRET, literals=literals) + dump(obj))
+            + SECRET_EXAMPLE.format(namespace=MONITORING_NAMESPACE, name=RECEIVER_SECRET,
+                                   literals=literals) + dump(obj))
 
 
 # --- Grafana dashboards -----------------------------------------------------------------------
@@ -532,6 +559,7 @@ kind: Component
 resources:
   - serviceaccount.yaml
   - daemonset.yaml
+  - networkpolicy.yaml
 """
 
 GPU_PROCESSES_COMPONENT = f"""\
@@ -559,30 +587,36 @@ patches:
 
 LOG_DIR = "/var/log/sglang"
 LOG_FILE = f"{LOG_DIR}/scheduler.log"
+# The example SGLang container runs as this uid (the image's default user is root; no user of
+# its own is needed: HOME and USER are set), with its writable folders as emptyDirs.
+SGLANG_UID = 1000
+SGLANG_HOME = "/home/sglang"
+HF_HOME = "/var/cache/huggingface"
 
 EXAMPLE_DEPLOYMENT = f"""\
 # An example SGLang server with the exporter as a sidecar: validated by the tests, never
-# applied by them. The parts that matter for sglang-obs are marked (*).
+# applied by them. The parts that matter for sglang-obs are marked (*). Both containers run
+# non-root on a read-only root filesystem; what they write goes to emptyDirs (below).
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: sglang-example
+  name: {EXAMPLE_NAME}
   labels:
-    app.kubernetes.io/name: sglang-example
+    app.kubernetes.io/name: {EXAMPLE_NAME}
 spec:
   replicas: 1
   selector:
     matchLabels:
-      app.kubernetes.io/name: sglang-example
+      app.kubernetes.io/name: {EXAMPLE_NAME}
   strategy:
     type: Recreate          # one GPU per replica: no second pod while the old one holds it
   template:
     metadata:
       labels:
-        app.kubernetes.io/name: sglang-example
+        app.kubernetes.io/name: {EXAMPLE_NAME}
         {SCRAPE_LABEL[0]}: "{SCRAPE_LABEL[1]}"   # (*) both PodMonitors select this label
     spec:
-      serviceAccountName: sglang-example
+      serviceAccountName: {EXAMPLE_NAME}
       automountServiceAccountToken: false
       terminationGracePeriodSeconds: 60
       tolerations:
@@ -590,6 +624,7 @@ spec:
           operator: Exists
           effect: NoSchedule
       securityContext:
+        runAsNonRoot: true              # each container names its uid
         seccompProfile:
           type: RuntimeDefault
       containers:
@@ -616,6 +651,12 @@ spec:
           env:
             - name: MODEL_PATH
               value: Qwen/Qwen2.5-7B-Instruct
+            - name: HOME                  # the JIT caches under ~ (the sglang-home mount)
+              value: {SGLANG_HOME}
+            - name: HF_HOME               # the Hugging Face Hub's downloads (the hf-cache mount)
+              value: {HF_HOME}
+            - name: USER                  # getpass.getuser() (TorchInductor's cache folder name)
+              value: sglang               # without an /etc/passwd entry for the uid
           ports:
             - name: {SGLANG_PORT_NAME}             # (*) the sglang PodMonitor's port
               containerPort: {SGLANG_PORT}
@@ -638,12 +679,31 @@ spec:
               nvidia.com/gpu: 1           # (*) the GPU; the sidecar requests none
               memory: 64Gi
           securityContext:
+            runAsNonRoot: true
+            runAsUser: {SGLANG_UID}
+            runAsGroup: {SGLANG_UID}
             allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities:
+              drop: [ALL]                 # the GPU needs none: /dev/nvidia* are open to all
+          # Writable, each an emptyDir of its own (a mount inside another would be created
+          # root-owned, and the uid could not write beside it):
           volumeMounts:
+            # shared memory for NCCL and torch multiprocessing (the runtime gives 64 MiB)
             - name: dshm
               mountPath: /dev/shm
+            # tempfile: --enable-metrics' PROMETHEUS_MULTIPROC_DIR, TorchInductor's cache
+            - name: sglang-tmp
+              mountPath: /tmp
+            # $HOME: ~/.triton, ~/.cache (FlashInfer, torch extensions, grammar backends),
+            # ~/.nv (CUDA's JIT cache): kernels compiled at start
+            - name: sglang-home
+              mountPath: {SGLANG_HOME}
+            # $HF_HOME: the model, downloaded at start (a PVC or a read-only volume with the
+            # weights avoids the download and the HTTPS egress: docs/kubernetes.md)
             - name: hf-cache
-              mountPath: /root/.cache/huggingface
+              mountPath: {HF_HOME}
+            # the scheduler log the sidecar follows
             - name: sglang-log
               mountPath: {LOG_DIR}
         # (*) The exporter: polls this pod's SGLang every second over the pod IP (the address
@@ -696,6 +756,12 @@ spec:
           emptyDir:
             medium: Memory
             sizeLimit: 16Gi
+        - name: sglang-tmp
+          emptyDir:
+            sizeLimit: 8Gi
+        - name: sglang-home
+          emptyDir:
+            sizeLimit: 8Gi
         - name: hf-cache
           emptyDir:
             sizeLimit: 64Gi
@@ -712,25 +778,25 @@ EXAMPLE_SERVICE = f"""\
 apiVersion: v1
 kind: Service
 metadata:
-  name: sglang-example
+  name: {EXAMPLE_NAME}
   labels:
-    app.kubernetes.io/name: sglang-example
+    app.kubernetes.io/name: {EXAMPLE_NAME}
 spec:
   selector:
-    app.kubernetes.io/name: sglang-example
+    app.kubernetes.io/name: {EXAMPLE_NAME}
   ports:
     - name: {SGLANG_PORT_NAME}
       port: {SGLANG_PORT}
       targetPort: {SGLANG_PORT_NAME}
 """
 
-EXAMPLE_SERVICE_ACCOUNT = """\
+EXAMPLE_SERVICE_ACCOUNT = f"""\
 apiVersion: v1
 kind: ServiceAccount
 metadata:
-  name: sglang-example
+  name: {EXAMPLE_NAME}
   labels:
-    app.kubernetes.io/name: sglang-example
+    app.kubernetes.io/name: {EXAMPLE_NAME}
 automountServiceAccountToken: false
 """
 
@@ -743,7 +809,7 @@ kind: Kustomization
 resources:
 {resources}"""
 
-KPS_KUSTOMIZATION = """\
+KPS_KUSTOMIZATION = f"""\
 # sglang-obs on kube-prometheus-stack (docs/kubernetes.md): the base in the stack's namespace,
 # labelled with the Helm release the stack's Prometheus selects rules and monitors by.
 # Another release name or namespace: change them here (or in an overlay of your own).
@@ -751,20 +817,20 @@ KPS_KUSTOMIZATION = """\
 # is for Helm, not kubectl.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-namespace: monitoring
+namespace: {MONITORING_NAMESPACE}
 resources:
   - ../../base
 labels:
   - pairs:
-      release: kube-prometheus-stack
+      release: {KPS_RELEASE}
     includeSelectors: false    # metadata only: the PodMonitors' selectors stay as they are
 """
 
-HELM_VALUES = """\
+HELM_VALUES = f"""\
 # Helm values sglang-obs needs from kube-prometheus-stack (76.0.0 or later: prometheus-operator
 # 0.84+), merged into yours (docs/kubernetes.md):
-#   helm upgrade --install kube-prometheus-stack prometheus-community/kube-prometheus-stack \\
-#     -n monitoring --create-namespace --reuse-values \\
+#   helm upgrade --install {KPS_RELEASE} prometheus-community/kube-prometheus-stack \\
+#     -n {MONITORING_NAMESPACE} --create-namespace --reuse-values \\
 #     -f deploy/kubernetes/overlays/kube-prometheus-stack/helm-values.yaml
 # Not a Kubernetes object: no kustomization lists it.
 alertmanager:
@@ -772,7 +838,7 @@ alertmanager:
     # prometheus-operator adds namespace="<its namespace>" to an AlertmanagerConfig's route and
     # inhibit rules. The rules aggregate by instance, so most alerts carry no namespace and
     # would never match. With this strategy an AlertmanagerConfig in the Alertmanager's own
-    # namespace (ours: the overlay puts it in monitoring) sees every alert; the route's own
+    # namespace (the overlay puts ours in {MONITORING_NAMESPACE}) sees every alert; the route's own
     # matcher keeps it to sglang-obs's alerts. Other namespaces' configs stay namespaced.
     alertmanagerConfigMatcherStrategy:
       type: OnNamespaceExceptForAlertmanagerNamespace
@@ -790,16 +856,18 @@ prometheus:
 """
 
 EXAMPLE_KUSTOMIZATION = f"""\
-# An example workload: SGLang with the exporter sidecar, and the GPU DaemonSet, in namespace
-# sglang (`kubectl create namespace sglang` first). Validated by the tests, not applied.
+# An example workload: SGLang with the exporter sidecar, the GPU DaemonSet and their
+# NetworkPolicies, in namespace {EXAMPLE_NAMESPACE} (`kubectl create namespace {EXAMPLE_NAMESPACE}`
+# first). Validated by the tests, not applied.
 # The exporter image: build it (exporter/Dockerfile), push it, and name your registry below.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-namespace: sglang
+namespace: {EXAMPLE_NAMESPACE}
 resources:
   - serviceaccount.yaml
   - deployment.yaml
   - service.yaml
+  - networkpolicy.yaml
 components:
   - ../../components/gpu-node-exporter
   # - ../../components/gpu-processes     # GPU memory per process: hostPID (read the docs)
@@ -807,7 +875,101 @@ images:
   - name: {IMAGE}
     newName: registry.example.com/{IMAGE}
     newTag: "{__version__}"
+patches:
+  # The Prometheus that scrapes these pods, the first source of every NetworkPolicy here (the
+  # GPU DaemonSet's too): kube-prometheus-stack's pods in the kube-prometheus-stack overlay's
+  # namespace. Another namespace or another Prometheus: edit this value (docs/kubernetes.md).
+  - target:
+      kind: NetworkPolicy
+    patch: |-
+      - op: replace
+        path: /spec/ingress/0/from/0
+        value:
+{{peer}}"""
+
+
+# --- NetworkPolicies ----------------------------------------------------------------------------
+
+NETWORK_POLICY_NOTE = """\
+# Kubelet probes come from the node, and Kubernetes specifies that traffic between a pod and its
+# own node is always allowed (most CNIs do so): no rule admits them (docs/kubernetes.md).
 """
+
+
+def prometheus_peer() -> dict:
+    """The Prometheus that scrapes the exporter and SGLang: kube-prometheus-stack's pods, in the
+    kube-prometheus-stack overlay's namespace (the example overlay patches it: one place)."""
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: MONITORING_NAMESPACE}},
+            "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)}}
+
+
+def _ports(protocol: str, *ports: int) -> list[dict]:
+    return [{"protocol": protocol, "port": port} for port in ports]
+
+
+def network_policy(name: str, labels: dict, pods: dict, ingress: list[dict],
+                   egress: list[dict]) -> dict:
+    """A policy on the pods labelled `pods` (their workload's selector), both directions: what
+    the rules do not admit is refused. The Prometheus rule comes first: the example overlay's
+    patch replaces /spec/ingress/0/from/0."""
+    if ingress[0]["from"] != [prometheus_peer()]:
+        raise TranslationError(f"{name}: the first ingress rule must admit Prometheus alone")
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "labels": dict(labels)},
+            "spec": {"podSelector": {"matchLabels": dict(pods)},
+                     "policyTypes": ["Ingress", "Egress"],
+                     "ingress": ingress, "egress": egress}}
+
+
+GPU_NETWORK_POLICY_HEAD = f"""\
+# The GPU DaemonSet's pods: Prometheus scrapes its port {EXPORTER_PORT_NAME}, and nothing else comes
+# in. Nothing goes out: NVML is local, and with the SGLang collector off it calls no server.
+""" + NETWORK_POLICY_NOTE
+
+
+def gpu_network_policy() -> dict:
+    pods = {"app.kubernetes.io/name": GPU_DAEMONSET}  # the DaemonSet's selector
+    return network_policy(GPU_DAEMONSET, {**pods, **PART_OF}, pods,
+                          ingress=[{"from": [prometheus_peer()],
+                                    "ports": _ports("TCP", EXPORTER_PORT)}],
+                          egress=[])
+
+
+EXAMPLE_NETWORK_POLICY_HEAD = f"""\
+# The example SGLang pod (SGLang and the exporter sidecar share its network).
+# In:  1. Prometheus: the exporter's port and SGLang's (/metrics), the two PodMonitors;
+#      2. the pod's own sidecar, which polls SGLang over the pod IP (Kubernetes specifies that a
+#         pod cannot block itself: stated anyway, so that narrowing 3 never cuts it off);
+#      3. the clients: every pod of the server's namespace ({EXAMPLE_NAMESPACE}), SGLang's port
+#         only. An ingress controller or clients elsewhere: add a rule (docs/kubernetes.md).
+# Out: the cluster DNS and HTTPS outside the cluster's networks, SGLang's model download from
+#      the Hugging Face Hub (not needed with the weights on a volume: drop both); the sidecar's
+#      poll of SGLang. The exporter itself needs no DNS: it polls an IP.
+""" + NETWORK_POLICY_NOTE
+
+
+def example_network_policy() -> dict:
+    pods = {"app.kubernetes.io/name": EXAMPLE_NAME}  # the Deployment's selector
+
+    def itself() -> dict:  # a fresh dict each time: one shared would be dumped as a YAML alias
+        return {"podSelector": {"matchLabels": dict(pods)}}
+
+    return network_policy(
+        EXAMPLE_NAME, pods, pods,
+        ingress=[{"from": [prometheus_peer()],
+                  "ports": _ports("TCP", EXPORTER_PORT, SGLANG_PORT)},
+                 {"from": [itself()], "ports": _ports("TCP", SGLANG_PORT)},
+                 {"from": [{"podSelector": {}}], "ports": _ports("TCP", SGLANG_PORT)}],
+        egress=[{"to": [copy.deepcopy(DNS_PEER)],
+                 "ports": _ports("UDP", DNS_PORT) + _ports("TCP", DNS_PORT)},
+                {"to": [itself()], "ports": _ports("TCP", SGLANG_PORT)},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NOT_THE_INTERNET)}}],
+                 "ports": _ports("TCP", HTTPS_PORT)}])
+
+
+def example_kustomization() -> str:
+    peer = "".join(f"          {line}\n" for line in dump(prometheus_peer()).splitlines())
+    return EXAMPLE_KUSTOMIZATION.format(peer=peer)
 
 
 # --- all files --------------------------------------------------------------------------------
@@ -833,13 +995,17 @@ def files(s: Settings, sources: Sources) -> dict[str, str]:
         "overlays/kube-prometheus-stack/helm-values.yaml": HELM_VALUES,
         "overlays/kube-prometheus-stack/receivers-secret.example.yaml":
             receivers_secret(am_config),
-        "overlays/example/kustomization.yaml": EXAMPLE_KUSTOMIZATION,
+        "overlays/example/kustomization.yaml": example_kustomization(),
+        "overlays/example/networkpolicy.yaml":
+            EXAMPLE_NETWORK_POLICY_HEAD + dump(example_network_policy()),
         "overlays/example/deployment.yaml": EXAMPLE_DEPLOYMENT,
         "overlays/example/service.yaml": EXAMPLE_SERVICE,
         "overlays/example/serviceaccount.yaml": EXAMPLE_SERVICE_ACCOUNT,
         "components/gpu-node-exporter/kustomization.yaml": GPU_COMPONENT,
         "components/gpu-node-exporter/daemonset.yaml": DAEMONSET,
         "components/gpu-node-exporter/serviceaccount.yaml": GPU_SERVICE_ACCOUNT,
+        "components/gpu-node-exporter/networkpolicy.yaml":
+            GPU_NETWORK_POLICY_HEAD + dump(gpu_network_policy()),
         "components/gpu-processes/kustomization.yaml": GPU_PROCESSES_COMPONENT,
     }
     header = GENERATED.format(source="sglang_obs/render/kubernetes.py")
