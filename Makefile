@@ -4,11 +4,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: test check generate bench goldens
+.PHONY: test test-under-load check generate bench goldens
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench conformance
 	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25
+
+# The whole suite with every core kept busy by a spinning process (tests/under_load.py).
+test-under-load: $(VENV)/.installed
+	$(PY) tests/under_load.py $(MAKE) test
 
 check: $(VENV)/.installed
 	$(VENV)/bin/ruff check exporter simulator sglang_obs grafana tests bench conformance

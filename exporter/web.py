@@ -5,7 +5,9 @@ The exposition is rendered once per change of what it shows, not once per scrape
 `Exposition.changed()` after each cycle, and the next scrape renders the families once and keeps
 the bytes (text 0.0.4 and OpenMetrics, each plain and gzip-encoded on first request). Concurrent
 scrapes of the same state then cost a memory copy, and no scrape waits for a poll. The server
-runs a bounded pool of workers behind a listen backlog of 128, with a per-connection timeout.
+(http_server.py) reads requests on one event loop and answers them from worker threads, the
+telemetry path from workers of its own, so slow or idle clients cannot starve a scrape.
+Every answer says `nosniff`; the HTML ones carry a Content-Security-Policy.
 /sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format (built in
 targets.py), so the `sglang` scrape job targets exactly the servers the exporter polls: the URLs
 are configured once. The glance page's routes (/, /api/v1/status and its stylesheet and script)
@@ -19,10 +21,7 @@ import gzip
 import html
 import itertools
 import logging
-import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -31,6 +30,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as CONT
 from prometheus_client.openmetrics.exposition import generate_latest as render_openmetrics
 
 from sglang_obs import __version__
+from sglang_obs.exporter.http_server import Server
 from sglang_obs.exporter.targets import service_discovery
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,10 @@ prefill backlog, effective configuration, and the exporter's own health.</p>
 """
 
 
+# The landing page has no script, style or image; text answers need none either.
+LANDING_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+
 def parse_listen_address(value: str) -> tuple[str, int]:
     """':9840', '127.0.0.1:9840', '[::1]:9840' -> (host, port).
 
@@ -57,9 +61,6 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-WORKERS = 16  # scrapes served at once; more wait in the listen backlog
-LISTEN_BACKLOG = 128
-CONNECTION_TIMEOUT = 10.0  # seconds a client may take to send its request or read the answer
 GZIP_LEVEL = 6  # ~the size of level 9 at a third of the CPU
 
 
@@ -161,6 +162,11 @@ def make_app(exposition: Exposition, telemetry_path: str, targets: list[str], gl
             status = "404 Not Found"
             body = b"Not found. Metrics are at " + telemetry_path.encode() + b"\n"
             headers.append(("Content-Type", "text/plain; charset=utf-8"))
+        names = {name.lower() for name, _ in headers}
+        if "x-content-type-options" not in names:
+            headers.append(("X-Content-Type-Options", "nosniff"))
+        if "content-security-policy" not in names:
+            headers.append(("Content-Security-Policy", LANDING_CSP))
         headers.append(("Content-Length", str(len(body))))
         start_response(status, headers)
         return [] if method == "HEAD" else [body]
@@ -168,54 +174,8 @@ def make_app(exposition: Exposition, telemetry_path: str, targets: list[str], gl
     return app
 
 
-class _PooledServer(WSGIServer):
-    """Requests go to a fixed pool of workers. With all of them busy the accept loop waits, and
-    new connections queue in the kernel's listen backlog instead of spawning threads."""
-
-    request_queue_size = LISTEN_BACKLOG
-
-    def __init__(self, *args, **kwargs):
-        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="http")
-        self._free = threading.BoundedSemaphore(WORKERS)
-        super().__init__(*args, **kwargs)  # binds: a taken port closes the pool again
-
-    def process_request(self, request, client_address):
-        self._free.acquire()
-        self._pool.submit(self._work, request, client_address)
-
-    def _work(self, request, client_address):
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-            self._free.release()
-
-    def handle_error(self, request, client_address):  # a broken client is no traceback
-        log.debug("request from %s failed", client_address[0], exc_info=True)
-
-    def server_close(self):
-        super().server_close()
-        self._pool.shutdown(wait=False)
-
-
-class _IPv6Server(_PooledServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = CONNECTION_TIMEOUT
-
-    def log_message(self, format, *args):  # one access line per scrape is noise
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-def serve(app, listen_address: str):
-    """Start serving in a daemon thread; returns the server (its .server_address has the port)."""
+def serve(app, listen_address: str, priority_path: str | None = None) -> Server:
+    """Start serving in a daemon thread; returns the server (its .server_address has the port).
+    Requests for `priority_path` (the telemetry path) have workers of their own."""
     host, port = parse_listen_address(listen_address)
-    server_class = _IPv6Server if ":" in host else _PooledServer
-    server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    thread.start()
-    return server
+    return Server(app, host, port, priority_path).start()

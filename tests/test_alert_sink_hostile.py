@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_obs.core.connections import raise_fd_limit
 from sglang_obs.tools import alert_sink as bounds
 
 from helpers import free_port, wait_for
@@ -300,11 +301,18 @@ def test_dripping_clients_cannot_hold_the_sink(sink):
     assert_alive_and_quick(sink)
 
 
-def test_connections_past_the_limit_are_closed_and_the_sink_recovers(sink):
+def test_held_connections_past_the_limit_make_room_for_a_legitimate_post(sink):
+    """Issue 28: with 400 connections held the sink reset Alertmanager's POSTs (a newcomer past
+    the limit was closed). Now the oldest connection still sending its request goes instead."""
+    raise_fd_limit(bounds.MAX_PER_CLIENT + 300)
     idle = [socket.create_connection(("127.0.0.1", sink.port), timeout=5)
-            for _ in range(bounds.MAX_CONNECTIONS + 50)]
+            for _ in range(bounds.MAX_PER_CLIENT + 100)]
     try:
-        assert wait_for(lambda: _reset(idle[-1]), 5), "the connection past the limit stayed"
+        code = exchange(sink.port, post("/pager", payload([{"labels": {"alertname": "Held"}}])))
+        assert code == 200
+        assert wait_for(lambda: _reset(idle[0]), 5), "the oldest held connection stayed"
+        assert not _reset(idle[-1])
+        assert_alive_and_quick(sink)
         time.sleep(SINK_TIMEOUT + bounds.LINGER + 0.5)  # the idle ones reach their deadline
         assert_alive_and_quick(sink)
     finally:

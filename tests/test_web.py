@@ -17,7 +17,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_obs.exporter.web import LISTEN_BACKLOG, Exposition, make_app, negotiate, serve
+from sglang_obs.exporter.http_server import LISTEN_BACKLOG
+from sglang_obs.exporter.web import Exposition, make_app, negotiate, serve
 
 # What Prometheus 2.42 sends when it scrapes.
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"

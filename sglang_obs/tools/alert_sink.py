@@ -14,8 +14,9 @@ the lines without it.
 Whatever a sender does, the sink's cost stays bounded (docs/security.md, "Alert sink bounds"):
 a request is read within a deadline and up to a size, answered 400/408/411/413/414 otherwise
 with one log line; every alert becomes one line of at most LINE_MAX bytes; the log file
-rotates; GET /alerts returns the last KEEP alerts; a connection past MAX_CONNECTIONS is closed
-at once, and at most MAX_BODIES request bodies are read at a time.
+rotates; GET /alerts returns the last KEEP alerts; past MAX_CONNECTIONS (or MAX_PER_CLIENT from
+one address) the oldest connection still sending its request is closed to make room
+(sglang_obs.core.connections), and at most MAX_BODIES request bodies are read at a time.
 
 The server is one asyncio event loop (in its own thread with `start()`): a client that drips
 its request costs a buffer, not a thread, until its deadline closes it.
@@ -36,13 +37,16 @@ import time
 from pathlib import Path
 from typing import IO
 
+from sglang_obs.core.connections import ConnectionTable, raise_fd_limit
+
 log = logging.getLogger("sglang_obs.tools.alert_sink")
 
 MAX_BODY = 1024 * 1024          # bytes of one request body; 413 beyond
 MAX_LINE = 8 * 1024             # bytes of the request line or of one header line; 414/400
 MAX_HEADERS = 64                # header lines of one request; 400 beyond
 TIMEOUT = 10.0                  # seconds for a connection, request to answer; 408/closed after
-MAX_CONNECTIONS = 256           # open at once; one more is closed unanswered
+MAX_CONNECTIONS = 1024          # open at once; then the oldest still sending its request goes
+MAX_PER_CLIENT = 512            # open at once from one address, the same way
 MAX_BODIES = 8                  # request bodies read at once (the "workers"); others wait
 MAX_ALERTS = 1_000              # alerts logged from one request; the rest are counted rejected
 KEEP = 1_000                    # alerts kept in memory for GET /alerts
@@ -143,9 +147,10 @@ class AlertSink:
             self._streams.append(log_file)
         elif log_file is not None:
             self._streams.append(RotatingFile(log_file, log_max_bytes, log_backups))
-        self._sock = socket.create_server((host, port), backlog=128)  # OSError: the caller's
+        self._sock = socket.create_server((host, port), backlog=1024)  # OSError: the caller's
         self.port = self._sock.getsockname()[1]
-        self._connections = 0
+        fit = raise_fd_limit(MAX_CONNECTIONS)
+        self.connections = ConnectionTable(fit, min(MAX_PER_CLIENT, fit))
         self._bodies: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -268,12 +273,14 @@ class AlertSink:
 
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
-        if self._connections >= MAX_CONNECTIONS:
+        peer = writer.get_extra_info("peername")
+        key = self.connections.admit(peer[0] if isinstance(peer, tuple) else "?",
+                                     writer.transport.abort)
+        if key is None:  # every open connection is being answered
             writer.transport.abort()
             return
-        self._connections += 1
         try:
-            await asyncio.wait_for(self._exchange(reader, writer), self.timeout)
+            await asyncio.wait_for(self._exchange(reader, writer, key), self.timeout)
             await _linger(reader, writer)
         except asyncio.TimeoutError:
             self.rejected += 1
@@ -286,7 +293,7 @@ class AlertSink:
         except Exception as err:  # one line, never a traceback, keep serving
             log.error("alert sink: %s from %s: %s", type(err).__name__, _peer(writer), err)
         finally:
-            self._connections -= 1
+            self.connections.release(key)
             writer.close()
             try:  # a client that reads nothing does not hold the connection either
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
@@ -294,9 +301,10 @@ class AlertSink:
                 writer.transport.abort()
 
     async def _exchange(self, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter) -> None:
+                        writer: asyncio.StreamWriter, key: int) -> None:
         try:
             code, body = await self._handle(reader, writer)
+            self.connections.answering(key)  # its whole request is in: not one to drop
         except Reject as err:
             self.rejected += 1
             self._note_reject(f"{_peer(writer)}: {err.code} {err.reason}")
