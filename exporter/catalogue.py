@@ -17,6 +17,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
 )
 
+from sglang_obs.core import shown
 from sglang_obs.exporter import labels
 from sglang_obs.exporter.request_records import (
     E2E_BOUNDS,
@@ -132,6 +133,16 @@ METRICS: tuple[MetricSpec, ...] = (
        "...) dropped because they were outside their domain: not finite, a negative count or "
        "token number, a ratio outside [0, 1]. The signal then has no series (or one from the "
        "next source); a signal's series appears with its first drop.", HEALTH),
+    _m("glance_values_hidden_total", "counter", ("reason",),
+       "Numbers the glance page (/, /api/v1/status's display strings) showed as — because "
+       "they could not be shown, by reason: not_finite (NaN, ±Inf, e.g. a sum over a 1e-320 "
+       "count), negative (a count, duration, rate or ratio below 0), too_large (a count over "
+       f"{shown.MAX_COUNT:.0e}, a duration over {shown.MAX_SECONDS:.0e} s, a rate over "
+       f"{shown.MAX_RATE:.0e}), not_a_ratio (outside [0, 1] by more than "
+       f"{shown.RATIO_TOLERANCE:g}), not_a_number. Counted each time the page's status is "
+       "computed (at most once a second, however many pages are open), so a value that stays "
+       "absurd keeps counting; a reason's series appears with its first hidden value.",
+       HEALTH),
     _m("native_metrics_info", "info", (*SERVER, "spelling"),
        "How the server's own /metrics names its series: spelling is colon (sglang:), "
        "underscore (sglang_), mixed, or none (no SGLang series: metrics off or not yet "

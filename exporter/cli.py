@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from sglang_obs import __version__
 from sglang_obs.core import settings as stack_settings
+from sglang_obs.core import shown
 from sglang_obs.core.cli_support import OneLineParser
 from sglang_obs.core.sglang import EXPORTER_PORT
 from sglang_obs.exporter.collector import (
@@ -184,8 +185,8 @@ def build_parser() -> _Parser:
     parser.flag("--sglang.api-key-file",
                 help="File holding SGLang's API key (its --api-key), sent to every "
                 "--sglang.url server as 'Authorization: Bearer KEY'. The key is never shown on "
-                "the landing page, in /metrics or in the log. Credentials in --sglang.url "
-                "itself are refused.")
+                "the landing page, in /metrics or in the log. Credentials, a query string or a "
+                "fragment in --sglang.url itself are refused.")
     parser.flag("--sglang.poll-interval", type=duration, default="1s",
                 help="How often each server's /metrics and load endpoint are polled. Keep it "
                 "well below the scrape interval so short queueing episodes are seen.")
@@ -404,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
             tracker.follow(lambda p=poller: p.snapshot)
         pollers.append(poller)
     # Listen before the other sources are set up: a taken port is then the only line printed.
-    targets = [p.base_url for p in pollers]
+    # Shown on the landing and glance pages (and listed by /sd/sglang as host:port) through
+    # shown.url: base_url() already refused userinfo, query and fragment.
+    targets = [shown.url(p.base_url) for p in pollers]
     glance = (GlancePages(board, args.web_telemetry_path, targets) if board is not None
               else None)
     app = make_app(exposition, args.web_telemetry_path, targets, glance)
@@ -414,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot listen on %s (--web.listen-address): %s", args.web_listen_address,
                   err.strerror or err)
         return 1
-    collectors: list = [SGLangCollector(pollers)] if args.collector_sglang else []
+    collectors: list = [SGLangCollector(pollers, board)] if args.collector_sglang else []
     threads: list = []
     log_sources: list = []
     for target, path in args.sglang_log_file:

@@ -15,6 +15,7 @@ from sglang_obs.exporter.catalogue import BY_NAME, CONFIG_INFO_LABELS, GPU_LIMIT
 from sglang_obs.exporter.log_stats import CONTEXT_BUCKETS
 from sglang_obs.exporter.poller import Snapshot, TargetPoller
 from sglang_obs.exporter.request_records import FINISH_REASONS, PROMPT_CLASSES
+from sglang_obs.exporter.status import StatusBoard
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,9 @@ class SGLangCollector:
 
     name = "sglang"
 
-    def __init__(self, pollers: Iterable[TargetPoller]):
+    def __init__(self, pollers: Iterable[TargetPoller], board: StatusBoard | None = None):
         self._pollers = list(pollers)
+        self._board = board  # the glance page's, whose hidden values are counted here
 
     def describe(self):
         return []  # registration must not poll
@@ -41,6 +43,7 @@ class SGLangCollector:
     def collect(self) -> Iterator:
         snapshots = [p.snapshot for p in self._pollers]
         yield from _health(snapshots)
+        yield _glance_hidden(self._board)
         yield from _derived(snapshots)
         yield from _config(snapshots)
 
@@ -80,6 +83,15 @@ def _health(snapshots: list[Snapshot]):
             spelling.add_metric(labels, {"spelling": snap.native_spelling})
             present.add_metric(labels, 1.0 if snap.scheduler_metrics_present else 0.0)
     yield from (build, up, last, duration, polls, errors, spelling, present, lines, dropped)
+
+
+def _glance_hidden(board: StatusBoard | None):
+    """The glance page's hidden values by reason (sglang_obs.core.shown); no series before
+    the first."""
+    hidden = _family("glance_values_hidden_total")
+    for reason, count in sorted(board.hidden.counts().items() if board is not None else ()):
+        hidden.add_metric([reason], count)
+    return hidden
 
 
 # Derived field -> metric short name.

@@ -37,8 +37,9 @@ from typing import Any
 import yaml
 
 from sglang_obs import __version__
-from sglang_obs.core import config_dir, quantities
+from sglang_obs.core import config_dir, quantities, shown
 from sglang_obs.core import settings as stack_settings
+from sglang_obs.core.shown import count, percent, seconds, speed
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.exporter.poller import Snapshot
 
@@ -486,6 +487,9 @@ class StatusBoard:
         self._gpus = gpus  # () -> exporter.nvml.NvmlReading, when the NVML collector runs
         self._wall = wall_clock
         self.trackers: list[ServerTracker] = []
+        # Values the page's words hid (sglang_obs.core.shown), by reason: counted while the
+        # status and its display are computed, exported as glance_values_hidden_total.
+        self.hidden = shown.Tally()
 
     def add(self, server: str, current: Callable[[], Snapshot] | None = None) -> ServerTracker:
         tracker = ServerTracker(server, self.classification, self.poll_interval, current,
@@ -497,6 +501,10 @@ class StatusBoard:
         self._gpus = gpus
 
     def status(self) -> dict[str, Any]:
+        with shown.counting(self.hidden):
+            return self._status()
+
+    def _status(self) -> dict[str, Any]:
         reading = self._gpus() if self._gpus else None
         host_gpus = [_gpu(g) for g in reading.gpus] if reading is not None and reading.ok else []
         attributed = any(g["servers"] for g in host_gpus)
@@ -631,28 +639,11 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
 
 
 # -- words -----------------------------------------------------------------------------------------
-def count(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.0f}"
-
-
-def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.0f} %"
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value < 10:
-        return f"{value:.1f} s"
-    if value < 120:
-        return f"{value:.0f} s"
-    if value < 7200:
-        return f"{value // 60:.0f} min {value % 60:.0f} s"
-    return f"{value // 3600:.0f} h {value % 3600 // 60:.0f} min"
-
-
-def speed(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f} tok/s"
+# Every number in them goes through sglang_obs.core.shown (count, percent, seconds, speed,
+# shown.number): "—" for one that is not finite or out of its range, the reason counted.
+def _times_text(value: float | None) -> str:
+    """A factor such as 2.4 (the batch against its usual size); None reads 0."""
+    return shown.number(0.0 if value is None else value, ".1f", "rate")
 
 
 def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> str:
@@ -672,7 +663,8 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
             return (f"The KV cache is {percent(s.kv_occupancy)} full (the limit is "
                     f"{percent(c.kv_occupancy_ratio)}): new requests wait for memory and running "
                     "ones may be retracted.")
-        return (f"Requests were retracted in the last {c.kv_retraction_window:.0f} s: the KV "
+        return (f"Requests were retracted in the last "
+                f"{shown.number(c.kv_retraction_window, '.0f', 'seconds')} s: the KV "
                 "pool ran out during decode and their work is redone.")
     if state == "prefill_backlog":
         return (f"{count(s.prefill_backlog)} prompt tokens are waiting to be prefilled; new "
@@ -688,7 +680,7 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
         return (f"Each request generates {speed(s.speed)}, "
                 f"{percent(_div(s.speed, s.speed_p90_1h))} of its usual "
                 f"{speed(s.speed_p90_1h)} (1 h p90), with {slots}: "
-                f"{grown or 0:.1f}× the usual batch of {s.running_avg_1h or 0:.1f}, "
+                f"{_times_text(grown)}× the usual batch of {_times_text(s.running_avg_1h)}, "
                 f"{count(_div(s.kv_used, s.running))} KV tokens each.")
     if state == "scheduling_bottleneck":
         return (f"Requests have waited {seconds(s.queue_seconds)} continuously while the KV "
@@ -734,17 +726,19 @@ def readings(state: str, s: Signals, c: Classification, gpus: Sequence[Mapping[s
                           f"Running at {percent(s.running_ratio)} of the limit and {usual}: "
                           "decode contention."))
         if drop:
-            grown = _div(s.running, s.running_avg_1h) or 0.0
+            grown = _div(s.running, s.running_avg_1h)
             found.append(("batch_grown_speed_falling",
-                          f"{count(s.running)} running, {grown:.1f}× the usual batch of "
-                          f"{s.running_avg_1h or 0:.1f}, {count(_div(s.kv_used, s.running))} KV "
+                          f"{count(s.running)} running, {_times_text(grown)}× the usual batch of "
+                          f"{_times_text(s.running_avg_1h)}, "
+                          f"{count(_div(s.kv_used, s.running))} KV "
                           f"tokens each, and {usual}: decode contention."))
     elif state == "kv_capacity":
         found.append(("kv_full",
                       f"KV cache {percent(s.kv_occupancy)} full (the limit is "
                       f"{percent(c.kv_occupancy_ratio)})"
                       + (", and requests retracted in the last "
-                         f"{c.kv_retraction_window:.0f} s" if s.retracted_recently else "")
+                         f"{shown.number(c.kv_retraction_window, '.0f', 'seconds')} s"
+                         if s.retracted_recently else "")
                       + ": capacity exhausted."))
     elif (state in QUIET_STATES and _ge(memory, GPU_MEMORY_FULL_RATIO) and util is not None
           and util <= GPU_IDLE_RATIO):

@@ -25,7 +25,8 @@ import time
 from typing import Any
 
 from sglang_obs import __version__
-from sglang_obs.core import quantities
+from sglang_obs.core import quantities, shown
+from sglang_obs.core.shown import count, percent, seconds, speed
 from sglang_obs.core.states import STATE_COLOURS
 from sglang_obs.exporter.status import (
     READINGS,
@@ -33,10 +34,6 @@ from sglang_obs.exporter.status import (
     TREND_SERIES,
     TREND_SLOT,
     StatusBoard,
-    count,
-    percent,
-    seconds,
-    speed,
 )
 
 log = logging.getLogger(__name__)
@@ -84,19 +81,25 @@ def _or_nr(up: bool, value: Any, text: str, fresh: bool = False) -> str:
     return NONE_YET if fresh else NOT_REPORTED
 
 
+def _trend_kind(name: str) -> str:
+    """The sglang_obs.core.shown kind of a trend's values."""
+    return ("seconds" if name == "ttft_seconds" else "rate" if name.endswith("per_minute")
+            else "count")
+
+
 def _trend_value(name: str, value: float | None) -> str:
-    if value is None:
-        return "—"
     if name == "ttft_seconds":
         return seconds(value)
     if name.endswith("per_minute"):
-        return f"{value:,.1f}"
+        return shown.number(value, ",.1f", "rate")
     return count(value)
 
 
-def spark_path(values: list[float | None]) -> str:
+def spark_path(values: list[float | None], kind: str = "count") -> str:
     """An SVG path, one x unit per point, y in SPARK_H units scaled to the largest value (0 at
-    the bottom); gaps where None."""
+    the bottom); gaps where None, and where a value cannot be shown as a `kind`
+    (sglang_obs.core.shown: not finite, negative, absurd)."""
+    values = [shown.checked(v, kind) for v in values]
     top = max((v for v in values if v is not None), default=0.0)
     scale = (SPARK_H - 4) / (top if top > 0 else 1.0)
     bottom = SPARK_H - 2
@@ -116,8 +119,8 @@ def _gpu_line(g: dict[str, Any]) -> str:
     if not g["up"]:
         return f"GPU {g['index']} · {name} · lost (no answer from NVML)"
     used, total = g["memory_used_bytes"], g["memory_total_bytes"]
-    mem = (f"{used / 2**30:,.1f} / {total / 2**30:,.1f} GiB ({percent(used / total)})"
-           if used is not None and total else "memory not reported")
+    mem = (f"{shown.number(used / 2**30, ',.1f')} / {shown.number(total / 2**30, ',.1f')} GiB "
+           f"({percent(used / total)})" if used is not None and total else "memory not reported")
     return f"GPU {g['index']} {name}: {percent(g['utilization_ratio'])} busy, memory {mem}"
 
 
@@ -164,7 +167,8 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
         "s.resources": _or_nr(up, st["waiting_for_resources"],
                               count(st["waiting_for_resources"])),
         "s.input": _or_nr(up, st["processing_input_tokens"],
-                          f"{count(st['processing_input_tokens'])} tokens"),
+                          shown.number(st["processing_input_tokens"], ",.0f", "count",
+                                       " tokens")),
         "s.generating": _or_nr(up, st["generating"], count(st["generating"])),
         "t.kv_used": _or_nr(up, tk["kv_used"], count(tk["kv_used"])),
         "t.kv_capacity": _or_nr(up, tk["kv_capacity"], count(tk["kv_capacity"])),
@@ -178,8 +182,9 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
     paths = {}
     for name in TREND_SERIES:
         values = srv["trends"][name]
-        seen = [v for v in values if v is not None]
-        paths[name] = spark_path(values)
+        kind = _trend_kind(name)
+        seen = [v for v in values if v is not None and shown.why_hidden(v, kind) is None]
+        paths[name] = spark_path(values, kind)
         peak = f"max {_trend_value(name, max(seen) if seen else None)}"
         if name in MINUTE_RATES:
             count_ = p[MINUTE_RATES[name]]
@@ -212,10 +217,12 @@ def board_display(board_status: dict[str, Any]) -> dict[str, Any]:
 
 
 def status_with_display(board: StatusBoard) -> dict[str, Any]:
-    status = board.status()
-    for srv in status["servers"]:
-        srv["display"] = display(srv, status)
-    status["display"] = board_display(status)
+    """The board's status with the page's strings; what they hide is counted in board.hidden."""
+    with shown.counting(board.hidden):
+        status = board.status()
+        for srv in status["servers"]:
+            srv["display"] = display(srv, status)
+        status["display"] = board_display(status)
     return status
 
 
@@ -352,8 +359,10 @@ def page_bytes(status: dict[str, Any], telemetry_path: str, targets: list[str]) 
     host = status["display"]["lists"]["host_gpus"]
     host_html = (f'<section class="host"><h2>GPUs of this host</h2>{_list("host_gpus", host)}'
                  "</section>" if host else "")
-    interval = f"{status['poll_interval_seconds']:g}"
-    target_items = "".join(f"<li>{esc(t)}</li>" for t in targets)
+    interval = shown.number(status["poll_interval_seconds"], "g", "seconds")
+    # Each target through shown.url: no userinfo, query or fragment ever shows (the CLI refuses
+    # them; a caller that did not is covered too).
+    target_items = "".join(f"<li>{esc(shown.url(t))}</li>" for t in targets)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -11,30 +11,28 @@ from __future__ import annotations
 import json
 import urllib.parse
 
+from sglang_obs.core import shown
+
 
 def base_url(text: str) -> str:
     """A server's base URL without its trailing '/'; ValueError unless http(s) with a host and
-    no credentials in it (they would show on the landing page and in /sd/sglang: SGLang's API
-    key goes in --sglang.api-key-file)."""
-    parsed = urllib.parse.urlsplit(text)
-    if "@" in parsed.netloc:
-        raise ValueError(f"credentials in a URL are refused ({_without_userinfo(text)}); "
-                         "give SGLang's API key with --sglang.api-key-file instead")
+    no credentials, query or fragment in it (they would show on the landing page, the glance
+    page and in /sd/sglang: SGLang's API key goes in --sglang.api-key-file). The message shows
+    the URL through shown.url, without them."""
+    try:
+        shown.plain_url(text)
+    except ValueError as err:
+        raise ValueError(f"{err}; give SGLang's API key with --sglang.api-key-file "
+                         "instead") from None
     server_label(text)
     return text.rstrip("/")
-
-
-def _without_userinfo(url: str) -> str:
-    parsed = urllib.parse.urlsplit(url)
-    return parsed._replace(netloc="***@" + parsed.netloc.rpartition("@")[2]).geturl()
 
 
 def server_label(url: str) -> str:
     """host:port of a base URL — the `instance` the SGLang scrape job gives the same server."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        shown = _without_userinfo(url) if "@" in parsed.netloc else url
-        raise ValueError(f"not an http(s) URL: {shown!r}")
+        raise ValueError(f"not an http(s) URL: {shown.url(url)!r}")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
     return f"{host}:{port}"

@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sglang_obs.core import pack, settings
+from sglang_obs.core import pack, settings, shown
 from sglang_obs.core.cli_support import Failure, UsageError
 from sglang_obs.core.pack import pick_server
 from sglang_obs.core.quantities import q
@@ -134,7 +134,7 @@ class PrometheusSource:
                  step: float | None = None):
         step = step or settings.default().scrape_interval_s  # prometheus.yml's
         self.prom, self.start, self.end, self.step = prom, start, end, step
-        self.where = f"Prometheus {prom.url}"
+        self.where = f"Prometheus {shown.url(prom.url)}"
         found = sorted({dict(k).get("instance", "") for k in prom.query_range(
             f"count by (instance) ({P}num_requests_total)", start, end,
             max(step, (end - start) / 100))})
@@ -144,7 +144,7 @@ class PrometheusSource:
 
     @staticmethod
     def _empty_window(prom, start: float, end: float) -> str:
-        text = (f"--start/--end: no SGLang server in this window: {prom.url} holds no "
+        text = (f"--start/--end: no SGLang server in this window: {shown.url(prom.url)} holds no "
                 f"{P}num_requests_total from {iso(start)} to {iso(end)}")
         retention = prom.retention_seconds()
         kept_from = time.time() - retention if retention else None
@@ -583,19 +583,27 @@ def check_args(flag: str, args: dict[str, Any]) -> None:
 
 # -- output ----------------------------------------------------------------------------------
 def _fmt(value: float, unit: str) -> str:
+    """`value` in `unit`, through sglang_obs.core.shown: "—" for one that is not finite or out
+    of its range (a model run gone wrong must not print 400 digits or "nan")."""
+    kind = {"s": "seconds", "ms": "seconds", "%": "ratio", "tok/s": "rate"}.get(unit, "count")
+    v = shown.checked(value, kind)
+    if v is None:
+        return shown.DASH
     if unit == "s":
-        return f"{value:.2f} s" if abs(value) < 10 else f"{value:.0f} s"
+        return f"{v:.2f} s" if abs(v) < 10 else f"{v:.0f} s"
     if unit == "ms":
-        return f"{value * 1000:.1f} ms"
+        return f"{v * 1000:.1f} ms"
     if unit == "%":
-        return f"{value:.0%}" if abs(value) >= 0.005 or value == 0 else f"{value:.1%}"
+        return f"{v:.0%}" if abs(v) >= 0.005 or v == 0 else f"{v:.1%}"
     if unit == "tok/s":
-        return f"{value:.1f} tok/s"
-    return f"{value:,.0f}"
+        return f"{v:.1f} tok/s"
+    return f"{v:,.0f}"
 
 
 def _signed(value: float, unit: str) -> str:
     text = _fmt(abs(value), unit)
+    if text == shown.DASH:
+        return text
     return ("+" if value > 0 else "−" if value < 0 else "±") + text
 
 
@@ -625,21 +633,24 @@ def describe_load(est: Estimate) -> list[str]:
     minutes = len(est.arrivals)
     p, o = est.prompt.overall, est.output.overall
     lines = [
-        f"- arrivals: {n} requests in {minutes} min ({n / minutes:.1f}/min, busiest minute "
+        f"- arrivals: {n} requests in {minutes} min "
+        f"({shown.number(n / minutes, '.1f', 'rate')}/min, busiest minute "
         f"{max(est.arrivals)}), estimated from requests {est.arrivals_from}; in the replay "
         "each minute's count arrives at uniform random times within the minute (Poisson "
         "given the count)",
-        f"- prompt tokens: mean {p.mean:,.0f}, p50 {p.quantile(0.5):,.0f}, p95 "
-        f"{p.quantile(0.95):,.0f} ({est.prompt.source}, per {SEGMENT_SECONDS / 60:.0f}-min "
-        "segment)",
-        f"- output tokens: mean {o.mean:,.0f}, p50 {o.quantile(0.5):,.0f}, p95 "
-        f"{o.quantile(0.95):,.0f} ({est.output.source})",
+        f"- prompt tokens: mean {_fmt(p.mean, '')}, p50 {_fmt(p.quantile(0.5), '')}, p95 "
+        f"{_fmt(p.quantile(0.95), '')} ({est.prompt.source}, per "
+        f"{SEGMENT_SECONDS / 60:.0f}-min segment)",
+        f"- output tokens: mean {_fmt(o.mean, '')}, p50 {_fmt(o.quantile(0.5), '')}, p95 "
+        f"{_fmt(o.quantile(0.95), '')} ({est.output.source})",
     ]
     if est.cache_hit_ratio is not None:
-        lines.append(f"- prefix-cache hit ratio {est.cache_hit_ratio:.1%} over the window"
+        lines.append(f"- prefix-cache hit ratio "
+                     f"{shown.number(est.cache_hit_ratio, '.1%', 'ratio')} over the window"
                      + (f"; per request 1 − uncached/prompt ({est.uncached.source})"
                         if est.uncached else "; given to every request"))
-    lines.append(f"- radix cache at the start: {est.warm_cache:.0%} of the KV pool "
+    lines.append(f"- radix cache at the start: {shown.number(est.warm_cache, '.0%', 'ratio')} "
+                 "of the KV pool "
                  "(kv_evictable_tokens)")
     return lines + [f"- note: {note}" for note in est.notes]
 

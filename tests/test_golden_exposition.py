@@ -21,6 +21,8 @@ from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.request_follow import RequestRecordDir
 from sglang_obs.exporter.request_records import RequestStats
+from sglang_obs.exporter.status import StatusBoard, load_classification
+from sglang_obs.exporter.status_page import status_with_display
 
 from conftest import ROOT
 from fake_docker import FakeContainer, FakeDocker
@@ -75,7 +77,9 @@ SERVERS = {
             b'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 2.0\n'
             b'sglang:kv_used_tokens{model_name="m",tp_rank="0"} 100.0\n'
             b'sglang:max_total_num_tokens{model_name="m",tp_rank="0"} +Inf\n'
-            b'sglang:gen_throughput{model_name="m",tp_rank="0"} lots\n'),
+            b'sglang:gen_throughput{model_name="m",tp_rank="0"} lots\n'
+            # a counter the glance page shows as "—" (glance_values_hidden_total)
+            b'sglang:prompt_tokens_total{model_name="m",tp_rank="0"} 1e308\n'),
         "/server_info": Route(
             b'{"version": "0.5.23 build=x", "served_model_name": null, '
             b'"model_path": "/srv/hf_0123456789abcdef/Llama-3.1-8B", "tp_size": 1, '
@@ -88,11 +92,16 @@ SERVERS = {
 
 def render(fake_sglang, tmp_path):
     pollers = []
+    # The glance page's model, fed by the pollers as the exporter's CLI wires it; its page is
+    # computed once after the polls (what it hides is exported).
+    board = StatusBoard(load_classification(), wall_clock=lambda: 1e9)
     for label, routes in SERVERS.items():
         server = fake_sglang(routes)
         # A fake clock makes queue-run durations exact: each poll cycle reads it twice.
         clock = itertools.count(1000.0, 1.0).__next__
-        poller = TargetPoller(server.url, PollSettings(timeout=2.0), clock=clock)
+        tracker = board.add(label)
+        poller = TargetPoller(server.url, PollSettings(timeout=2.0), clock=clock,
+                              on_poll=tracker.observe)
         poller.server = label
         pollers.append(poller)
     dead = TargetPoller(f"http://127.0.0.1:{free_port()}", PollSettings(timeout=1.0))
@@ -124,7 +133,8 @@ def render(fake_sglang, tmp_path):
         RECORDS_FIXTURE.read_bytes())
     records.poll()
     registry = CollectorRegistry()
-    registry.register(GuardedCollector([SGLangCollector(pollers), LogCollector([follower]),
+    status_with_display(board)
+    registry.register(GuardedCollector([SGLangCollector(pollers, board), LogCollector([follower]),
                                         RequestCollector([records], model_of(pollers)),
                                         ContainerCollector(containers)]))
     text = generate_latest(registry).decode()

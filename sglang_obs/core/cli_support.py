@@ -20,6 +20,8 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+from sglang_obs.core import shown
+
 USAGE = 2
 FAILURE = 1
 MAX_LINE = 300  # characters of one error message, at most
@@ -79,10 +81,20 @@ def reason(err: OSError) -> str:
 
 # -- argument types --------------------------------------------------------------------------
 def http_url(text: str) -> str:
-    """argparse type: an http(s) URL with a host, without a trailing slash."""
-    parsed = urllib.parse.urlsplit(text)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise argparse.ArgumentTypeError(f"not an http(s) URL: {one_line(text, 80)!r} "
+    """argparse type: an http(s) URL with a host and no credentials, query or fragment (the
+    clients append their own paths and queries; a secret there would show in every message),
+    without a trailing slash. A refused URL is shown through shown.url, without them."""
+    try:
+        shown.plain_url(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    try:
+        parsed = urllib.parse.urlsplit(text)
+        ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+    except ValueError:  # not even a URL ("http://[::1")
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {one_line(shown.url(text), 80)!r} "
                                          "(e.g. http://127.0.0.1:9090)")
     return text.rstrip("/")
 

@@ -17,6 +17,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from sglang_obs.core import shown
+
 MAX_POINTS = 11_000  # Prometheus refuses a range query with more points per series
 EXCERPT = 500  # characters of an answer quoted in an error message, at most
 
@@ -34,24 +36,29 @@ def _excerpt(text: object, limit: int = EXCERPT) -> str:
 class Prometheus:
     def __init__(self, url: str, timeout: float = 30.0):
         self.url = url.rstrip("/")
+        self.shown_url = shown.url(self.url)  # what messages say: no userinfo, query, fragment
         self.timeout = timeout
 
     def _get(self, path: str, params: dict) -> dict:
+        try:  # a query or fragment would swallow the path appended; userinfo is not sent
+            shown.plain_url(self.url)
+        except ValueError as err:
+            raise PrometheusError(f"Prometheus at {self.shown_url}: {err}") from None
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as resp:
                 body = json.load(resp)
         except urllib.error.HTTPError as err:
             detail = err.read(EXCERPT).decode("utf-8", "replace")
-            raise PrometheusError(f"Prometheus at {self.url} answered {err.code}{self._to(params)}"
-                                  f": {_excerpt(detail)}") from None
+            raise PrometheusError(f"Prometheus at {self.shown_url} answered {err.code}"
+                                  f"{self._to(params)}: {_excerpt(detail)}") from None
         except (urllib.error.URLError, OSError, ValueError) as err:
-            raise PrometheusError(f"Prometheus at {self.url} is unreachable: "
+            raise PrometheusError(f"Prometheus at {self.shown_url} is unreachable: "
                                   f"{_excerpt(getattr(err, 'reason', err))}") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error", body) if isinstance(body, dict) else body
-            raise PrometheusError(f"Prometheus at {self.url}: query failed{self._to(params)}: "
-                                  f"{_excerpt(error)}")
+            raise PrometheusError(f"Prometheus at {self.shown_url}: query failed"
+                                  f"{self._to(params)}: {_excerpt(error)}")
         return body["data"]
 
     @staticmethod

@@ -177,12 +177,15 @@ def _get(url: str, what: str):
 
 def alertmanager_state(url: str) -> tuple[AlertmanagerConfig, list[dict]]:
     """The running Alertmanager's configuration and the alerts it holds now."""
+    from sglang_obs.core import shown  # every URL shown goes through shown.url
+
     url = url.rstrip("/")
-    status = _get(f"{url}/api/v2/status", url)
+    at = shown.url(url)
+    status = _get(f"{url}/api/v2/status", at)
     original = ((status or {}).get("config") or {}).get("original", "")
-    config = (AlertmanagerConfig.parse(original, f"the Alertmanager at {url}") if original
+    config = (AlertmanagerConfig.parse(original, f"the Alertmanager at {at}") if original
               else AlertmanagerConfig.shipped())
-    alerts = _get(f"{url}/api/v2/alerts", url)
+    alerts = _get(f"{url}/api/v2/alerts", at)
     return config, alerts if isinstance(alerts, list) else []
 
 

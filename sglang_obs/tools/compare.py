@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_obs.core import pack
+from sglang_obs.core import pack, shown
 from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.core.quantities import q
@@ -289,7 +289,8 @@ def comparability(changes: dict[str, Change], before: WindowData, after: WindowD
     limit = limits["prompt_length_max_tvd"]
     same_source = before.prompt_mix_source == after.prompt_mix_source != ""
     tvd = total_variation(before.prompt_mix, after.prompt_mix) if same_source else None
-    text = (f"prompt-length mix: total-variation distance {tvd:.2f} (at most {limit:g})"
+    text = (f"prompt-length mix: total-variation distance "
+            f"{shown.number(tvd, '.2f', 'ratio')} (at most {limit:g})"
             if tvd is not None else "prompt-length mix: not measured in both windows")
     checks.append({"figure": "prompt_length_tvd", "value": tvd, "limit": limit,
                    "ok": tvd is not None and tvd <= limit, "text": text})
@@ -375,25 +376,27 @@ def compare(before: WindowData, after: WindowData, limits: dict,
 
 
 # -- the human side ------------------------------------------------------------------------
+# Every number below is shown through sglang_obs.core.shown: "—" for one that is not finite or
+# out of its range (Prometheus answers NaN and ±Inf as values).
 def _pct(x: float | None) -> str:
+    x = shown.checked(x, "change")
     if x is None:
-        return "—"
+        return shown.DASH
     text = f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
     return text.replace("-", "−")
 
 
 def fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "—"
     if unit in ("ratio", "share"):
-        return f"{value:.1%}"
+        return shown.number(value, ".1%", "ratio")
     if unit == "s":
-        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+        v = shown.checked(value, "seconds")
+        return shown.DASH if v is None else f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
     if unit == "req/s":
-        return f"{value:.3g} req/s"
+        return shown.number(value, ".3g", "rate", " req/s")
     if unit == "tok/s":
-        return f"{value:.1f} tok/s"
-    return f"{value:,.0f} {unit}"
+        return shown.number(value, ".1f", "rate", " tok/s")
+    return shown.number(value, ",.0f", "count", f" {unit}")
 
 
 def _interval(m: dict) -> str:
@@ -482,7 +485,8 @@ def report(doc: dict) -> str:
         if fired:
             lines.append("")
             lines.append(f"{name.capitalize()}: " + ", ".join(
-                f"{x['alertname']} ({x['severity']}, {x['seconds']:.0f} s)" for x in fired) + ".")
+                f"{x['alertname']} ({x['severity']}, "
+                f"{shown.number(x['seconds'], '.0f', 'seconds', ' s')})" for x in fired) + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -490,12 +494,16 @@ def _mix(mix: dict[str, float]) -> str:
     total = sum(mix.values())
     if total <= 0:
         return "no requests"
-    return ", ".join(f"{k} {v / total:.0%}" for k, v in mix.items() if v)
+    return ", ".join(f"{k} {shown.number(v / total, '.0%', 'ratio')}"
+                     for k, v in mix.items() if v)
 
 
 def _share(seconds: float, all_states: dict[str, float]) -> str:
     total = sum(all_states.values())
-    return "—" if not total else f"{seconds / total:.0%} ({seconds / 60:.1f} min)"
+    if not total:
+        return shown.DASH
+    return (f"{shown.number(seconds / total, '.0%', 'ratio')} "
+            f"({shown.number(seconds / 60, '.1f', 'seconds', ' min')})")
 
 
 def figure(doc: dict, before: WindowData, after: WindowData):
@@ -609,8 +617,9 @@ def pick_server(prom: Prometheus, w: Window, instance: str | None, flag: str,
     servers = servers_in(prom, w, s)
     if not servers:
         raise CompareError(f"{w.flag}: no data between {iso(w.start)} and {iso(w.end)} in "
-                           f"--prometheus {prom.url}: the window is empty, beyond retention, or "
-                           "the recording rules are not loaded (prometheus/rules/sglang.rules.yml)")
+                           f"--prometheus {shown.url(prom.url)}: the window is empty, beyond "
+                           "retention, or the recording rules are not loaded "
+                           "(prometheus/rules/sglang.rules.yml)")
     return pack.pick_server(servers, instance, flag, f"the {w.flag} window",
                                    CompareError)
 

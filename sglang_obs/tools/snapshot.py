@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_obs.core import pack, quantities
+from sglang_obs.core import pack, quantities, shown
 from sglang_obs.core.cli_support import Failure, UsageError, new_folder, restore_folder
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
 from sglang_obs.core.settings import Settings, default
@@ -132,7 +132,7 @@ def collect(prom: Prometheus, window: Window, instances: list[str] | None,
                                max(w.step, (w.end - w.start) / 100))
         if not raw:
             raise SnapshotError(f"--from/--to: no data between {iso(w.start)} and {iso(w.end)} "
-                                f"in --prometheus {prom.url}: the window "
+                                f"in --prometheus {shown.url(prom.url)}: the window "
                                 "is empty, beyond retention, or the recording rules are not "
                                 "loaded (prometheus/rules/sglang.rules.yml)")
         servers = sorted({_instance(k) for k in raw})
@@ -288,7 +288,8 @@ def report(summary: dict, charts: list[str]) -> str:
                          or a["alertname"].startswith("GPU")]
         if down or server_faults:
             lines.append("**1. Faults:** " + "; ".join(
-                ([f"unavailable for {down['seconds']:.0f} s (longest from "
+                ([f"unavailable for {shown.number(down['seconds'], '.0f', 'seconds', ' s')} "
+                  "(longest from "
                   f"{down['longest']['from']})"] if down else [])
                 + [f"{a['alertname']} from {a['first_firing']}" for a in server_faults]) + ".")
         else:
@@ -300,9 +301,11 @@ def report(summary: dict, charts: list[str]) -> str:
             parts = []
             for name in order:
                 st = states[name]
-                parts.append(f"**{name}** from {st['first_at']} ({st['seconds']:.0f} s in "
-                             f"{st['episodes']} episode(s), longest {st['longest']['seconds']:.0f}"
-                             f" s from {st['longest']['from']})")
+                parts.append(f"**{name}** from {st['first_at']} "
+                             f"({shown.number(st['seconds'], '.0f', 'seconds', ' s')} in "
+                             f"{st['episodes']} episode(s), longest "
+                             f"{shown.number(st['longest']['seconds'], '.0f', 'seconds', ' s')}"
+                             f" from {st['longest']['from']})")
             lines.append("**2. Where requests waited:** " + ", then ".join(parts) + ".")
         else:
             lines.append("**2. Where requests waited:** nowhere — no bottleneck state in this "
@@ -315,16 +318,18 @@ def report(summary: dict, charts: list[str]) -> str:
                           ("itl_p95_seconds", " s")):
             p = peaks.get(key)
             if p:
-                v = p["value"]
-                value = (f"{v:.0%}" if key == "kv_occupancy" else f"{v:,.0f}" if v >= 100
-                         else f"{v:.3g}")
-                evidence.append(f"{label(key)} peaked at {value}{unit} at {p['at']}")
+                # Through sglang_obs.core.shown: "—" for NaN, ±Inf or an absurd peak.
+                kind = "ratio" if key == "kv_occupancy" else "seconds" if unit else "count"
+                v = shown.checked(p["value"], kind)
+                value = (shown.DASH if v is None else f"{v:.0%}" if kind == "ratio"
+                         else f"{v:,.0f}{unit}" if v >= 100 else f"{v:.3g}{unit}")
+                evidence.append(f"{label(key)} peaked at {value} at {p['at']}")
         lines.append("**3. Evidence:** " + "; ".join(evidence) + "." if evidence else
                      "**3. Evidence:** no data.")
         config = s["config"]
         if config["effective"]:
-            shown = ", ".join(f"{k}={v}" for k, v in sorted(config["effective"].items()) if v)
-            lines.append(f"**Configuration:** {shown}"
+            args = ", ".join(f"{k}={v}" for k, v in sorted(config["effective"].items()) if v)
+            lines.append(f"**Configuration:** {args}"
                          + (" (it changed in this window: see summary.json)."
                             if config["changed"] else "."))
         lines.append("")

@@ -312,10 +312,13 @@ def unreachable(url: str, within: float) -> str | None:
 def _report_unreachable(urls: list[str]) -> None:
     """One line per --sglang-url that does not answer: the stack runs on, and the exporter
     keeps polling it."""
+    from sglang_obs.core import shown  # every URL shown goes through shown.url
+
     def probe(url: str) -> None:
         why = unreachable(url, PROBE_SECONDS)
         if why is not None:
-            print(f"SGLang {url} unreachable: no answer within {PROBE_SECONDS:.0f} s ({why}); "
+            print(f"SGLang {shown.url(url)} unreachable: no answer within {PROBE_SECONDS:.0f} s "
+                  f"({why}); "
                   "the stack keeps running and the exporter keeps trying", flush=True)
 
     for url in urls:
