@@ -21,6 +21,7 @@ from sglang_obs.core import shown
 from sglang_obs.exporter import labels
 from sglang_obs.exporter.request_records import (
     E2E_BOUNDS,
+    FILE_REJECT_REASONS,
     FINISH_REASONS,
     MAX_RECORD_BYTES,
     PROMPT_CLASSES,
@@ -247,6 +248,11 @@ METRICS: tuple[MetricSpec, ...] = (
                                                  REJECT_REASONS.items())
        + f". too_long is over {MAX_RECORD_BYTES >> 20} MiB. A reason's series appears with "
        "its first record.", REQUESTS),
+    _m("request_files_rejected_total", "counter", (*SERVER, "reason"),
+       "Files of the directory named like a record file but refused, never opened, each counted "
+       "once while it is there, by reason: " + "; ".join(f"{k} ({v})" for k, v in
+                                                         FILE_REJECT_REASONS.items())
+       + ". A reason's series appears with its first file.", REQUESTS),
     _m("request_file_rotations_total", "counter", SERVER,
        "New hourly record files followed, and truncations or replacements of the followed "
        "one.", REQUESTS),
@@ -534,7 +540,8 @@ def render_markdown() -> str:
     lines += [f"Request records are opt-in (`--sglang.request-metrics-dir`): "
               f"{request_series_per_server()} series per followed server (every prompt class "
               "and class x finish reason present from the start; the last-finished time from "
-              "the first timed record), plus one per reject reason seen. Fields, releases and "
+              "the first timed record), plus one per reject reason seen (of records, and of files "
+              "refused). Fields, releases and "
               "privacy: [request-records.md](request-records.md).",
               ""]
     lines += LABEL_VALUES_SECTION

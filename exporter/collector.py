@@ -304,7 +304,8 @@ class RequestCollector:
     def collect(self) -> Iterator:
         fam = {n: _family(n) for n in (
             "request_source_up", "request_records_total", "request_records_rejected_total",
-            "request_file_rotations_total", "request_last_finished_timestamp_seconds",
+            "request_files_rejected_total", "request_file_rotations_total",
+            "request_last_finished_timestamp_seconds",
             "request_finished_total", "request_prompt_tokens_total",
             "request_cached_tokens_total", *(name for _, name in self._HISTOGRAMS))}
         for source in self._sources:
@@ -316,6 +317,8 @@ class RequestCollector:
             fam["request_file_rotations_total"].add_metric([server], source.rotations)
             for reason, count in sorted(snap.rejected.items()):
                 fam["request_records_rejected_total"].add_metric([server, reason], count)
+            for reason, count in sorted(snap.rejected_files.items()):
+                fam["request_files_rejected_total"].add_metric([server, reason], count)
             if snap.last_finished_at is not None:
                 fam["request_last_finished_timestamp_seconds"].add_metric(
                     [server], snap.last_finished_at)

@@ -9,6 +9,12 @@ fstat, so a FIFO, a device (/dev/zero), a socket or a directory put in its place
 block the thread nor feed it forever; the source is down (`up` False) while the path is missing
 or not a regular file, with one log line per change. One poll reads at most MAX_BYTES_PER_POLL;
 the rest waits for the next.
+
+The path is the operator's (--sglang.log-file): a symbolic link there is followed wherever it
+points (/var/log/sglang.log -> a dated file, Kubernetes' /var/log/containers/*.log ->
+/var/log/pods/...), as long as what it reaches is a regular file. Files found in a directory
+rather than named by the operator (the hourly request-record files, exporter/request_follow.py)
+are kept to that directory by the subclass there (`_path_problem`, `_open_fd`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from sglang_obs.core.safe_files import OPEN_FLAGS, Refused, file_type
 from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, parse_line
 
@@ -32,17 +39,21 @@ CHUNK_BYTES = 1024 * 1024
 # its first bytes and the last bytes we read, both as we read them.
 HEAD_BYTES = 256
 TAIL_BYTES = 4096
-_OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
-               | getattr(os, "O_CLOEXEC", 0))
+_OPEN_FLAGS = OPEN_FLAGS
+_file_type = file_type
 
 
-def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
+def stat_problem(path: str) -> tuple[os.stat_result | None, str | None]:
+    """(stat of `path`, None) for a regular file, else (stat or None, why not)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, "no such file"
+    except OSError as err:
+        return None, f"cannot stat ({type(err).__name__})"
+    if not stat.S_ISREG(st.st_mode):
+        return st, _file_type(st.st_mode)
+    return st, None
 
 
 class FileFollower:
@@ -88,15 +99,7 @@ class FileFollower:
         return up
 
     def _path_problem(self) -> tuple[os.stat_result | None, str | None]:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None, "no such file"
-        except OSError as err:
-            return None, f"cannot stat ({type(err).__name__})"
-        if not stat.S_ISREG(st.st_mode):
-            return st, _file_type(st.st_mode)
-        return st, None
+        return stat_problem(self.path)
 
     # -- opening -----------------------------------------------------------------------------
     def _open(self, from_start: bool) -> bool:
@@ -105,7 +108,9 @@ class FileFollower:
         if problem is not None:
             return self._set(False, problem)
         try:
-            fd = os.open(self.path, _OPEN_FLAGS)  # ...and never block if one was swapped in
+            fd = self._open_fd()  # ...and never block if one was swapped in
+        except Refused as err:
+            return self._set(False, str(err))
         except OSError as err:
             return self._set(False, f"cannot open ({type(err).__name__})")
         try:
@@ -122,6 +127,10 @@ class FileFollower:
             self.close()
             return self._set(False, f"cannot read ({type(err).__name__})")
         return self._set(True, "following")
+
+    def _open_fd(self) -> int:
+        """The descriptor to read the path through (checked with fstat by the caller)."""
+        return os.open(self.path, _OPEN_FLAGS)
 
     def _start_at_end(self, size: int) -> None:
         """Begin after the last complete line; the history before it only sets gauges."""

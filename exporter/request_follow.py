@@ -14,6 +14,15 @@ refused (prune old hourly files) rather than listed every time. Lines longer tha
 MAX_RECORD_BYTES are skipped whole and counted. The log has one line per change of the
 directory's state, and one per reject reason the first time it is seen; no text of a record ever
 reaches it.
+
+Only files of the directory itself are read (sglang_obs.core.safe_files): a record file that is
+a symbolic link out of the directory (to /etc/shadow, say), or into a subdirectory, is refused
+unopened (its target is not even stat'ed through the link), and so is one that is a FIFO, device,
+socket or directory; a refused file is left out of the choice of the newest file, so the hour
+being written is still followed, and is counted once while it is there
+(sglang_obs_request_files_rejected_total{reason}). A link to another file of the directory is
+read, through its real path opened with O_NOFOLLOW. The followed file is checked again at every
+open and poll, so a link retargeted out of the directory is dropped unread.
 """
 
 from __future__ import annotations
@@ -25,7 +34,14 @@ import stat
 import time
 from collections.abc import Callable
 
-from sglang_obs.exporter.log_follow import FileFollower
+from sglang_obs.core.safe_files import (
+    SYMLINK_OUTSIDE,
+    Refused,
+    not_regular,
+    open_within,
+    resolve_within,
+)
+from sglang_obs.exporter.log_follow import FileFollower, stat_problem
 from sglang_obs.exporter.request_records import MAX_RECORD_BYTES, RecordReader, RequestStats
 
 log = logging.getLogger(__name__)
@@ -36,12 +52,32 @@ MAX_ENTRIES = 100_000
 
 
 class _RecordFile(FileFollower):
-    """One hourly file: FileFollower's reading, records instead of log lines."""
+    """One hourly file: FileFollower's reading, records instead of log lines, and only ever a
+    file of the directory itself (`refused(name, reason)` is told when it is not)."""
 
-    def __init__(self, path: str, stats: RequestStats, at_end: bool):
-        super().__init__(path, stats, read_history=False)
+    def __init__(self, directory: str, name: str, stats: RequestStats, at_end: bool,
+                 refused: Callable[[str, str], None]):
+        super().__init__(os.path.join(directory, name), stats, read_history=False)
+        self._directory, self._name, self._refused = directory, name, refused
         self._lines = RecordReader(MAX_RECORD_BYTES)  # cuts records without their prompts
         self._at_end_on_open = at_end
+
+    def _path_problem(self) -> tuple[os.stat_result | None, str | None]:
+        """FileFollower's check, of the file's real path: a link out of the directory is a
+        problem (never stat'ed through), as a missing file is."""
+        try:
+            return stat_problem(resolve_within(self._directory, self._name))
+        except Refused as err:
+            self._refused(self._name, err.reason)
+            return None, str(err)
+
+    def _open_fd(self) -> int:
+        try:
+            fd, _ = open_within(self._directory, self._name)
+        except Refused as err:
+            self._refused(self._name, err.reason)
+            raise
+        return fd
 
     def _set(self, up: bool, state: str) -> bool:
         if state != self.state:  # the directory source logs what matters to the operator
@@ -84,6 +120,7 @@ class RequestRecordDir:
         self._scanned_at = -1e18
         self._newest: str | None = None
         self._polled = False
+        self._refused: dict[str, str] = {}  # name -> reason, of refused files still there
         if not stats.where:
             stats.where = directory
 
@@ -141,7 +178,7 @@ class RequestRecordDir:
         if self._current is None:
             # The newest file at start has history: begin at its end. Any later one (the first
             # to appear in an empty directory, the next hour's) is read from its first line.
-            self._current = _RecordFile(path, self.stats, at_end=not self._polled)
+            self._current = self._record_file(newest, at_end=not self._polled)
         elif path != self._current.path and newest > os.path.basename(self._current.path):
             capped = self._current.capped_polls
             fed += self._current.poll()  # the old hour's last records first
@@ -149,15 +186,46 @@ class RequestRecordDir:
                 return fed  # more of the old file to read: the new one waits for the next poll
             self._current.close()
             self.rotations += 1
-            self._current = _RecordFile(path, self.stats, at_end=False)
+            self._current = self._record_file(newest, at_end=False)
         rotations = self._current.rotations
         fed += self._current.poll()
         self.rotations += self._current.rotations - rotations
         return fed
 
+    def _record_file(self, name: str, at_end: bool) -> _RecordFile:
+        return _RecordFile(self.directory, name, self.stats, at_end, self._refuse)
+
+    def _refuse(self, name: str, reason: str) -> None:
+        """Count a refused file once while it is there (a rescan or a poll sees it again)."""
+        if self._refused.get(name) != reason:
+            self._refused[name] = reason
+            self.stats.reject_file(reason, os.path.join(self.directory, name))
+
+    def _readable(self, entry: os.DirEntry) -> bool:
+        """Whether a file named like a record file may be followed: a regular file, or a link to
+        one in the directory itself. A refused one is counted (once); it is never opened."""
+        name = entry.name
+        try:
+            if entry.is_symlink():
+                if self._refused.get(name) == SYMLINK_OUTSIDE:
+                    return False  # resolved once, refused while it is there
+                mode = os.stat(resolve_within(self.directory, name)).st_mode
+                if not stat.S_ISREG(mode):
+                    raise not_regular(mode)
+                return True
+            if entry.is_file(follow_symlinks=False):
+                return True
+            raise not_regular(entry.stat(follow_symlinks=False).st_mode)
+        except Refused as err:
+            self._refuse(name, err.reason)
+        except OSError:  # gone since it was listed, or a link to nothing
+            pass
+        return False
+
     def _scan(self) -> str | None | bool:
-        """The newest hourly file's name (None if none); False (state set) if unreadable."""
-        newest, entries = None, 0
+        """The newest readable hourly file's name (None if none); False (state set) if the
+        directory cannot be listed."""
+        newest, entries, still = None, 0, {}
         try:
             with os.scandir(self.directory) as it:
                 for entry in it:
@@ -167,11 +235,17 @@ class RequestRecordDir:
                                   "files (SGLang never deletes them)")
                         return False
                     name = entry.name
-                    if FILE_NAME.fullmatch(name) and (newest is None or name > newest):
-                        newest = name
+                    if not FILE_NAME.fullmatch(name):
+                        continue
+                    if self._readable(entry):
+                        if newest is None or name > newest:
+                            newest = name
+                    elif name in self._refused:
+                        still[name] = self._refused[name]
         except PermissionError:
             self._set(False, "cannot list (PermissionError)")
             return False
+        self._refused = still  # a refused file that goes and comes back counts again
         return newest
 
     def close(self) -> None:

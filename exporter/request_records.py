@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_obs.core.safe_files import NOT_REGULAR, SYMLINK_OUTSIDE
 from sglang_obs.exporter.sglang_log import LineReader
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,13 @@ REJECT_REASONS = {
     "negative": "a negative duration or token count, or a first token before the request",
     "out_of_range": "beyond any real request (over 2^31 tokens, a duration over 30 days, a "
                     "timestamp outside 1970-2514, more cached than prompt tokens, TTFT > e2e)",
+}
+# Why a file found in the directory was refused, never opened
+# (sglang_obs_request_files_rejected_total{reason}; sglang_obs.core.safe_files).
+FILE_REJECT_REASONS = {
+    SYMLINK_OUTSIDE: "a symbolic link to a file not in the directory itself: out of it, or in "
+                     "a subdirectory",
+    NOT_REGULAR: "named like a record file but a FIFO, device, socket or directory",
 }
 
 # Long-context records are large (the prompt text and, without --log-requests, its input ids
@@ -395,6 +403,7 @@ class RequestSnapshot:
     cached_tokens: dict[str, int]
     histograms: dict[tuple[str, str], tuple[list[tuple[str, int]], float]]
     last_finished_at: float | None
+    rejected_files: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -407,6 +416,7 @@ class RequestStats:
     where: str = ""
     records: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    rejected_files: dict[str, int] = field(default_factory=dict)
     last_finished_at: float | None = None
     _hist: dict[tuple[str, str], _Histogram] = field(default_factory=lambda: {
         (c, name): _Histogram(bounds) for c in PROMPT_CLASSES
@@ -468,6 +478,18 @@ class RequestStats:
                         self.where or "(in memory)", reason, REJECT_REASONS.get(reason, "?"),
                         reason)
 
+    def reject_file(self, reason: str, path: str) -> None:
+        """A file of the directory refused unopened (the follower calls this once per file);
+        the first of each reason is logged, with the file's path, never its content."""
+        with self._lock:
+            first = reason not in self.rejected_files
+            self.rejected_files[reason] = self.rejected_files.get(reason, 0) + 1
+        if first:
+            log.warning("request records %s: refused %s (%s: %s), not opened; counted in "
+                        "sglang_obs_request_files_rejected_total{reason=%r}, not logged again",
+                        self.where or "(in memory)", path, reason,
+                        FILE_REJECT_REASONS.get(reason, "?"), reason)
+
     def snapshot(self) -> RequestSnapshot:
         with self._lock:
             return RequestSnapshot(
@@ -475,4 +497,5 @@ class RequestStats:
                 finished=dict(self._finished), prompt_tokens=dict(self._prompt),
                 cached_tokens=dict(self._cached),
                 histograms={k: (h.cumulative(), h.sum) for k, h in self._hist.items()},
-                last_finished_at=self.last_finished_at)
+                last_finished_at=self.last_finished_at,
+                rejected_files=dict(self.rejected_files))

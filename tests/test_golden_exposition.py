@@ -131,6 +131,9 @@ def render(fake_sglang, tmp_path):
     records.poll()
     (tmp_path / "records/sglang-request-metrics-20261129_11.log").write_bytes(
         RECORDS_FIXTURE.read_bytes())
+    # A next hour that is a link out of the directory: refused unopened, counted.
+    (tmp_path / "records/sglang-request-metrics-20261129_12.log").symlink_to(
+        tmp_path / "sglang.log")
     records.poll()
     registry = CollectorRegistry()
     status_with_display(board)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from sglang_obs.core.cli_support import Failure, UsageError, folder, input_file, output_file
 from sglang_obs.core.prometheus_api import Prometheus, PrometheusError
+from sglang_obs.core.safe_files import Refused, open_checked
 from sglang_obs.core.settings import Settings
 from sglang_obs.core.states import STATE_COLOURS
 from sglang_obs.generate.backfill import BackfillError, backfill, prometheus
@@ -202,7 +204,14 @@ def resolve_dashboard(text: str, s: Settings) -> Path:
         if text in (uid, path.stem, uid.removeprefix("sglang-")):
             return path
     if text.endswith(".json") or "/" in text:
-        return input_file("--dashboard", text)
+        path = input_file("--dashboard", text)
+        try:  # read more than once: a regular file (a FIFO would block the read, or be spent)
+            os.close(open_checked(path)[0])
+        except Refused as err:
+            raise Failure(f"--dashboard {path}: {err}") from None
+        except OSError as err:
+            raise Failure(f"--dashboard {path}: cannot read it ({err.strerror})") from None
+        return path
     raise UsageError(f"--dashboard {text}: no such dashboard; one of "
                      f"{', '.join(known)} (or a JSON file)")
 

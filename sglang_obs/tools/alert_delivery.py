@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from sglang_obs.core.safe_files import Refused, read_input
 from sglang_obs.core.settings import Settings, default
 
 VERDICTS = ("notified", "not_notified", "flickered", "inhibited", "not_routed", "silenced")
@@ -146,12 +147,17 @@ class AlertmanagerConfig:
 
 # -- the sources ---------------------------------------------------------------------------------
 def read_alerts_log(path: Path) -> list[dict]:
-    """The alert sink's JSON lines (and its rotated FILE.1, FILE.2, ... beside it)."""
+    """The alert sink's JSON lines (and its rotated FILE.1, FILE.2, ... beside it). Never
+    blocks (sglang_obs.core.safe_files): the file named may be a regular file or a pipe
+    something writes to, the rotated ones beside it regular files; a FIFO nothing writes to, a
+    device or a directory is a DeliveryError naming it."""
     entries = []
     files = sorted(path.parent.glob(path.name + ".*"), reverse=True) + [path]
     for f in files:
         try:
-            lines = f.read_text(errors="replace").splitlines()
+            lines = read_input(f, allow_pipe=f == path).decode(errors="replace").splitlines()
+        except Refused as err:
+            raise DeliveryError(f"--alerts-log {f}: cannot read it ({err})") from None
         except OSError as err:
             raise DeliveryError(f"--alerts-log {f}: cannot read it ({err.strerror})") from None
         for line in lines:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import os
 import stat
@@ -31,6 +32,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from sglang_obs.core.cli_support import Failure, output_file, report
+from sglang_obs.core.safe_files import (
+    SYMLINK_OUTSIDE,
+    Refused,
+    open_checked,
+    open_output,
+    open_within,
+    stream,
+)
 from sglang_obs.exporter.log_stats import PromptRuns
 from sglang_obs.exporter.sglang_log import MAX_LINE_BYTES, LineReader, ParsedLine, parse_line
 
@@ -285,8 +294,14 @@ class UnreadableLog(Exception):
         super().__init__(f"{path}: {reason}")
 
 
+class RefusedFile(UnreadableLog):
+    """A file refused before a byte of it was read: gone, not a regular file or a pipe with a
+    writer, or (found in a directory) a link out of it."""
+
+
 def check_path(path: Path) -> str | None:
-    """Why `path` cannot be analysed (None if it can): it must be a regular file or a pipe."""
+    """Why `path` cannot be analysed (None if it can): it must be a regular file or a pipe.
+    A check by name for the messages; what open_input opens is checked again."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -300,10 +315,33 @@ def check_path(path: Path) -> str | None:
     return None
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
-    """The file's bytes in chunks of at most CHUNK_BYTES, gunzipped as a stream if gzipped."""
+def open_input(path: Path, within: Path | None = None) -> io.BufferedReader:
+    """`path` opened without ever blocking in open() (sglang_obs.core.safe_files): a regular
+    file, or, named by the user (`within` None), a pipe something writes to
+    (`analyze-log <(kubectl logs ...)`, `... | analyze-log /dev/stdin`), read as it comes like
+    `cat` reads it. A FIFO nothing writes to is refused at once (open() of it used to wait for a
+    writer forever), so is a device, socket or directory. A file found in the directory `within`
+    must be a regular file in it: a link out of it is refused unopened."""
     try:
-        with open(path, "rb") as raw:
+        if within is not None:
+            fd, st = open_within(within, path.name)
+        else:
+            fd, st = open_checked(path, allow_fifo=True)
+        return stream(fd, st, CHUNK_BYTES)
+    except Refused as err:
+        hint = (" (name the file itself to read it)" if err.reason == SYMLINK_OUTSIDE else "")
+        raise RefusedFile(path, f"{err}{hint}") from None
+    except FileNotFoundError:
+        raise RefusedFile(path, "no such file") from None
+    except OSError as err:
+        raise UnreadableLog(path, err.strerror or type(err).__name__) from None
+
+
+def read_chunks(raw: io.BufferedReader, path: Path) -> Iterator[bytes]:
+    """The bytes of an open_input file in chunks of at most CHUNK_BYTES, gunzipped as a stream
+    if gzipped; closes it."""
+    try:
+        with raw:
             gz = raw.peek(2)[:2] == b"\x1f\x8b"
             fh = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
             while chunk := fh.read(CHUNK_BYTES):
@@ -315,6 +353,11 @@ def _chunks(path: Path) -> Iterator[bytes]:
         raise UnreadableLog(path, "corrupt gzip data") from None
     except OSError as err:
         raise UnreadableLog(path, err.strerror or type(err).__name__) from None
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """The file's bytes in chunks of at most CHUNK_BYTES, gunzipped as a stream if gzipped."""
+    yield from read_chunks(open_input(path), path)
 
 
 def analyze(paths: Iterable[Path]) -> Analysis:
@@ -405,13 +448,14 @@ def main(files: list[str], as_json: bool, csv_out: str | None) -> int:
         return 1
     if csv_path:
         try:
-            with open(csv_path, "w", newline="") as fh:
+            with open_output(csv_path) as fh:
                 writer = csv.writer(fh)
                 writer.writerow(CSV_COLUMNS)
                 writer.writerows(result.per_minute_rows())
-        except OSError as err:
+        except (OSError, Refused) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else err
             print(f"sglang-obs analyze-log: --csv-per-minute {csv_path}: cannot write it "
-                  f"({err.strerror or err})", file=sys.stderr)
+                  f"({why})", file=sys.stderr)
             return 1
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if as_json else text_report(doc))
     return 0

@@ -18,9 +18,12 @@ buckets 1 % wide (so they are within 1 % of the exact value), the slowest reques
 from __future__ import annotations
 
 import csv
+import fnmatch
 import heapq
 import json
 import math
+import os
+import stat
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -28,6 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from sglang_obs.core.safe_files import (
+    SYMLINK_OUTSIDE,
+    Refused,
+    not_regular,
+    open_output,
+    resolve_within,
+)
 from sglang_obs.exporter.request_records import (
     MAX_RECORD_BYTES,
     PROMPT_CLASS_BOUNDS,
@@ -36,7 +46,13 @@ from sglang_obs.exporter.request_records import (
     parse_record,
 )
 from sglang_obs.exporter.sglang_log import LineReader
-from sglang_obs.tools.analyze_log import UnreadableLog, _chunks, check_path
+from sglang_obs.tools.analyze_log import (
+    RefusedFile,
+    UnreadableLog,
+    check_path,
+    open_input,
+    read_chunks,
+)
 
 SCHEMA_VERSION = 1
 TOP = 10
@@ -116,6 +132,7 @@ class Analysis:
     records: int = 0
     rejected: Counter = field(default_factory=Counter)
     outside: int = 0  # records outside [start, end], or without a time when a window is set
+    skipped: list[str] = field(default_factory=list)  # "path: why" of files of a directory
     first: float | None = None
     last: float | None = None
     classes: dict[str, ClassStats] = field(
@@ -197,32 +214,82 @@ def _request_doc(r: Record) -> dict:
 
 
 # -- reading ----------------------------------------------------------------------------------
-def expand(args: Iterable[str]) -> list[Path]:
+@dataclass(frozen=True)
+class Input:
+    path: Path
+    within: Path | None = None  # the directory it was found in; None: named by the user
+
+
+def _listed(directory: Path) -> tuple[list[Path], list[str]]:
+    """The record files of a directory in name (= time) order, and why the others named like
+    one were skipped: only regular files of the directory itself (a link to another of its
+    files too), never a FIFO, device or directory, nor a link out of it (not opened)."""
+    found, skipped = [], []
+    with os.scandir(directory) as it:
+        for entry in it:
+            if not any(fnmatch.fnmatchcase(entry.name, g) for g in FILE_GLOBS):
+                continue
+            path = directory / entry.name
+            try:
+                if entry.is_symlink():
+                    mode = os.stat(resolve_within(directory, entry.name)).st_mode
+                    if not stat.S_ISREG(mode):
+                        raise not_regular(mode)
+                elif not entry.is_file(follow_symlinks=False):
+                    raise not_regular(entry.stat(follow_symlinks=False).st_mode)
+            except Refused as err:
+                hint = (" (name the file itself to read it)"
+                        if err.reason == SYMLINK_OUTSIDE else "")
+                skipped.append(f"{path}: {err}{hint}")
+                continue
+            except OSError:  # gone since it was listed, or a link to nothing
+                skipped.append(f"{path}: no such file")
+                continue
+            found.append(path)
+    return sorted(found), sorted(skipped)
+
+
+def expand(args: Iterable[str], skipped: list[str] | None = None) -> list[Input]:
     """Files as given; a directory becomes its hourly record files in name (= time) order.
-    Raises UnreadableLog naming the path when one cannot be read."""
-    out: list[Path] = []
+    Raises UnreadableLog naming the path when one cannot be read; a file of a directory that
+    cannot be is left out, and why is added to `skipped`."""
+    out: list[Input] = []
     for arg in args:
         path = Path(arg)
         if path.is_dir():
-            found = sorted({p for pattern in FILE_GLOBS for p in path.glob(pattern)
-                            if p.is_file()})
+            try:
+                found, left_out = _listed(path)
+            except OSError as err:
+                raise UnreadableLog(path, f"cannot list it ({err.strerror or err})") from None
             if not found:
-                raise UnreadableLog(path, "no sglang-request-metrics-*.log files in this "
-                                          "directory")
-            out += found
+                why = "no sglang-request-metrics-*.log files in this directory"
+                if left_out:
+                    more = ", ..." if len(left_out) > 1 else ""
+                    why += f" ({len(left_out)} skipped: {left_out[0]}{more})"
+                raise UnreadableLog(path, why)
+            if skipped is not None:
+                skipped += left_out
+            out += [Input(p, path) for p in found]
             continue
         why = check_path(path)
         if why is not None:
             raise UnreadableLog(path, why)
-        out.append(path)
+        out.append(Input(path))
     return out
 
 
-def read(paths: Iterable[Path], analysis: Analysis) -> Analysis:
-    for path in paths:
-        analysis.files.append(str(path))
+def read(inputs: Iterable[Input], analysis: Analysis) -> Analysis:
+    for item in inputs:
+        try:  # never blocks: a FIFO nothing writes to, a device or a link out is refused
+            raw = open_input(item.path, item.within)
+        except RefusedFile as err:
+            if item.within is None:
+                raise  # named by the user: the report would lack what was asked for
+            analysis.skipped.append(str(err))  # one odd file of a directory: the others
+            continue
+        analysis.files.append(str(item.path))
         reader = LineReader(MAX_RECORD_BYTES)
-        for chunk in _chunks(path):
+        for chunk in read_chunks(raw, item.path):
             before = reader.too_long
             for line in reader.feed(chunk):
                 if line.strip():
@@ -237,7 +304,10 @@ def read(paths: Iterable[Path], analysis: Analysis) -> Analysis:
 
 def analyze(args: Iterable[str], top: int = TOP, start: float | None = None,
             end: float | None = None) -> Analysis:
-    return read(expand(args), Analysis(top=top, start=start, end=end))
+    """Raises UnreadableLog for a file named that cannot be read; a file of a directory that
+    cannot be is left out and listed in the result's `skipped`."""
+    analysis = Analysis(top=top, start=start, end=end)
+    return read(expand(args, analysis.skipped), analysis)
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -300,6 +370,8 @@ def main(files: list[str], as_json: bool, csv_out: str | None, top: int) -> int:
     except UnreadableLog as err:
         print(f"{name}: {err}", file=sys.stderr)
         return 1
+    for why in result.skipped:
+        print(f"{name}: skipped {why}", file=sys.stderr)
     if not result.records:
         skipped = sum(result.rejected.values())
         print(f"{name}: no usable request records in {', '.join(files)}"
@@ -309,10 +381,13 @@ def main(files: list[str], as_json: bool, csv_out: str | None, top: int) -> int:
         return 1
     if csv_out:
         try:
-            with open(csv_out, "w", newline="") as fh:
+            with open_output(csv_out) as fh:
                 writer = csv.writer(fh)
                 writer.writerow(CSV_COLUMNS)
                 writer.writerows(result.per_minute_rows())
+        except Refused as err:
+            print(f"{name}: {csv_out}: {err}", file=sys.stderr)
+            return 1
         except OSError as err:
             print(f"{name}: {csv_out}: {err.strerror or type(err).__name__}", file=sys.stderr)
             return 1

@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from sglang_obs.core.cli_support import Failure, UsageError, folder, input_file, one_line
+from sglang_obs.core.safe_files import Refused, read_input
 from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.sglang import EXPORTER_ADDRESS, EXPORTER_PORT, SGLANG_PORT
 
@@ -327,8 +328,10 @@ def _report_unreachable(urls: list[str]) -> None:
 
 def _override_global(path: Path) -> dict:
     input_file("--override", path)
-    try:
-        doc = yaml.safe_load(path.read_text())
+    try:  # a regular file or a pipe (`<(...)`); a FIFO nothing writes to fails, never blocks
+        doc = yaml.safe_load(read_input(path).decode("utf-8", errors="replace"))
+    except Refused as err:
+        raise Failure(f"--override {path}: cannot read it ({err})") from None
     except (OSError, yaml.YAMLError) as err:
         raise Failure(f"--override {path}: not readable YAML ({one_line(err, 120)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("global"), dict):
