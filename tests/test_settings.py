@@ -89,15 +89,19 @@ def test_another_evaluation_interval_reaches_every_consumer(tmp_path):
     prom_file = root / "prometheus" / "prometheus.yml"
     prom_file.write_text(prom_file.read_text().replace("evaluation_interval: 15s",
                                                        "evaluation_interval: 30s"))
+    thresholds = root / "prometheus" / "thresholds.yml"  # and a sustain of 45 s
+    thresholds.write_text(thresholds.read_text().replace("  decode_contention: 15s",
+                                                         "  decode_contention: 45s"))
     s = settings.load(root)
     assert s.evaluation_interval_s == 30
-    # decode_contention's 45 s sustain: a for: of one evaluation and a window over the rest.
+    # A sustain longer than one evaluation: a for: of one evaluation and a window over the rest.
     alerts = {a.name: a for a in rules.saturation_alerts(rules.inputs(s))}
     assert alerts["SGLangDecodeContention"].for_ == "30s"
     assert "== bool 3)[15s:]" in alerts["SGLangDecodeContention"].expr.replace(
         str(rules.STATES.index("decode_contention")), "3")
     shipped = {a.name: a for a in rules.saturation_alerts(rules.inputs(settings.load()))}
-    assert "[30s:]" in shipped["SGLangDecodeContention"].expr
+    assert shipped["SGLangDecodeContention"].for_ == "15s"  # one evaluation: no window
+    assert "min_over_time" not in shipped["SGLangDecodeContention"].expr
     args = fleet.vmalert_args("http://vm", "http://am", ":8880", s)
     assert "-evaluationInterval=30s" in args
     assert "-datasource.queryStep=30s" in args
