@@ -193,11 +193,15 @@ def build_parser() -> _Parser:
     parser.flag("--sglang.server-info-interval", type=duration, default="30s",
                 help="How often /server_info and /v1/models are re-read (also after every "
                 "reconnect); they change only when the server restarts.")
-    parser.flag("--sglang.timeout", type=duration, default="2s",
-                help="Deadline for one HTTP request to SGLang, connect to last byte.")
+    parser.flag("--sglang.timeout", type=duration, default="800ms",
+                help="Deadline for one poll cycle's requests to a server, all of them together "
+                "(connect to last byte; each request gets what is left). Keep it below "
+                "--sglang.poll-interval: a server that stops answering then reads down within "
+                "two poll intervals.")
     parser.flag("--sglang.max-response-bytes", type=size, default="16MiB",
                 help="Largest response body accepted from SGLang (bytes, or with KiB/MiB/GiB); "
-                "a larger one is dropped and counted as an error.")
+                "a larger one is dropped and counted as an error. JSON answers (load, server "
+                "info, models) are held to 8 MiB whatever this allows.")
     parser.flag("--sglang.log-file", type=mapping, repeatable=True,
                 help="Follow this SGLang scheduler log file (tail -F: survives rotation and "
                 "truncation). Form [SGLANG_URL=]PATH; the URL may be left out with one server.")

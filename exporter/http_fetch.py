@@ -5,8 +5,10 @@ never stall the loop, spin the CPU or eat memory. One deadline (`timeout`) cover
 exchange: connect, TLS handshake, the request, the status line, the headers, chunked framing
 (chunk-size lines and trailers included) and the body. Before every read the socket timeout is
 set to the time left, so a server that drips one byte a second is cut off at the deadline
-wherever it drips. The status line, each header line, the number of header lines and their
-total size, chunk-size lines and trailers are bounded, and so is the body (`max_bytes`).
+wherever it drips; a `timeout` of zero or less (a poll cycle with no time left) fails at once,
+before the name is resolved. The status line, each header line, the number of header lines and
+their total size, chunk-size lines and trailers are bounded, and so is the body (`max_bytes`),
+which is copied once out of the read buffer (twice its size at the peak, not three times).
 
 No redirect is followed: a 3xx is an `http_status` error like any other non-2xx answer, so a
 request only ever goes to the scheme, host and port it was given. The request asks for an
@@ -79,6 +81,8 @@ def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*",
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FetchError("network", "not an http(s) URL")
+    if timeout <= 0:
+        raise FetchError("timeout", "no time left before the deadline")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
@@ -220,7 +224,8 @@ class _Reader:
         while len(self._buf) < n:
             if not self._fill():
                 raise FetchError("protocol", f"connection closed inside the {what}")
-        data = bytes(self._buf[:n])
+        with memoryview(self._buf) as view, view[:n] as part:
+            data = bytes(part)  # one copy (a slice of the bytearray would be a second)
         del self._buf[:n]
         return data
 

@@ -11,20 +11,32 @@ signals the exporter adds; periodic.py runs the cycles.
 `up` is whether /metrics or the load endpoint gave a valid answer; /server_info and /v1/models
 never change it. No answer can raise out of a cycle: a fetch failure, a payload of no release,
 a field of the wrong type and even a bug in a reader count as that endpoint's error (one per
-endpoint per cycle) and leave the other endpoints' values standing. The log says when an
-endpoint starts failing (with the reason, and what was wrong and where, never the bytes the
-server sent) and when it answers again: one line per change, not one per cycle.
+endpoint per cycle) and leave the other endpoints' values standing.
+
+One deadline (--sglang.timeout, 800 ms by default) covers all of a cycle's requests together:
+each request gets what is left of it, so a hang on one endpoint cannot stretch the cycle past
+it. With the deadline below the poll interval a server that stops answering reads down within
+two intervals of the moment it stopped: the cycle in flight ends by its deadline, and the next,
+which starts on time, fails by its own. JSON answers are held to json_bounds.py's bounds (at
+most MAX_JSON_BYTES are read; an answer that could decode into too much memory is refused
+undecoded, a `parse` error).
+
+The log says when the server becomes reachable or unreachable, when an endpoint starts failing
+(with the reason, and what was wrong and where, never the bytes the server sent) and when it
+answers again: one line per change, not one per cycle, and per server at most LOG_BURST lines
+per LOG_WINDOW; then one line says how many changes were not logged and what the server is now.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from sglang_obs.core.log_budget import LogBudget
+from sglang_obs.exporter import json_bounds
 from sglang_obs.exporter.derived import Derived, derive
 from sglang_obs.exporter.http_fetch import (
     METRICS_ACCEPT,
@@ -52,12 +64,19 @@ log = logging.getLogger(__name__)
 LOAD_PATHS = ("/v1/loads", "/get_load")
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
+# Per server: state-change lines per window, then one line saying how many were not logged.
+# A server flapping up and down every second logged ~60 lines a minute.
+LOG_BURST = 10
+LOG_WINDOW = 60.0
+
 
 @dataclass(frozen=True)
 class PollSettings:
     interval: float = 1.0
     server_info_interval: float = 30.0
-    timeout: float = 2.0
+    # For all of one cycle's requests together; below `interval`, so a hung server reads down
+    # within two intervals.
+    timeout: float = 0.8
     max_response_bytes: int = 16 * 1024 * 1024
     # Sent as `Authorization: Bearer ...` (SGLang's --api-key); never shown, logged or exported.
     api_key: str | None = field(default=None, repr=False)
@@ -113,6 +132,8 @@ class TargetPoller:
         self._lines_dropped: dict[str, int] = {}  # malformed | over_limit -> lines
         self._derived_dropped: dict[str, int] = {}  # signal -> values out of their domain
         self._failing: dict[str, str] = {}  # endpoint -> reason of its current failure streak
+        self._log_budget = LogBudget(LOG_BURST, LOG_WINDOW, clock)
+        self._deadline = 0.0  # time.monotonic() by which this cycle's requests must end
         self._last_dropped: tuple[str, ...] = ()
         self._headers: Mapping[str, str] = (
             {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {})
@@ -141,7 +162,10 @@ class TargetPoller:
     # -- one cycle ----------------------------------------------------------------------------
     def poll_once(self) -> Snapshot:
         started = self._clock()
+        # Real time, whatever `clock` is: the requests take real time.
+        self._deadline = time.monotonic() + self.settings.timeout
         self._polls += 1
+        self._say_left_out(self._log_budget.flush())
         native, reachable = self._poll_metrics()
         # An unreachable server would make the load request wait out its timeout too.
         load = self._poll_loads() if reachable else None
@@ -154,8 +178,8 @@ class TargetPoller:
             self._load_path = LOAD_PATHS[0]
             self._info_path = SERVER_INFO_PATHS[0]
         if up != self._was_up:  # log transitions only: a dead server must not flood the log
-            log.log(logging.INFO if up else logging.WARNING, "SGLang server %s is %s",
-                    self.server, "reachable" if up else "unreachable (see poll_errors_total)")
+            self._log(logging.INFO if up else logging.WARNING, "SGLang server %s is %s",
+                      self.server, "reachable" if up else "unreachable (see poll_errors_total)")
         self._was_up = up
 
         with self._lock:
@@ -219,16 +243,33 @@ class TargetPoller:
             self._derived_dropped[signal] = self._derived_dropped.get(signal, 0) + 1
         if dropped != self._last_dropped:
             if dropped:
-                log.debug("%s: values outside their domain dropped: %s", self.server,
-                          ", ".join(dropped))
+                self._log(logging.DEBUG, "%s: values outside their domain dropped: %s",
+                          self.server, ", ".join(dropped))
             self._last_dropped = dropped
 
-    def _get(self, endpoint: str, path: str, accept: str = "*/*"):
+    def _log(self, level: int, msg: str, *args, exc_info: bool = False) -> None:
+        """A state-change line, within the server's budget (LOG_BURST per LOG_WINDOW)."""
+        if not log.isEnabledFor(level):
+            return  # a line the log would drop must not spend the budget
+        emit, left_out = self._log_budget.take()
+        self._say_left_out(left_out)
+        if emit:
+            log.log(level, msg, *args, exc_info=exc_info)
+
+    def _say_left_out(self, left_out: int) -> None:
+        if left_out:
+            log.warning("SGLang server %s: %d more state changes not logged in the last %.0f s "
+                        "(at most %d lines per server per %.0f s); it is now %s", self.server,
+                        left_out, LOG_WINDOW, LOG_BURST, LOG_WINDOW,
+                        "reachable" if self._was_up else "unreachable")
+
+    def _get(self, endpoint: str, path: str, accept: str = "*/*", max_bytes: int | None = None):
         try:
             return self._fetch(
                 self.base_url + path,
-                timeout=self.settings.timeout,
-                max_bytes=self.settings.max_response_bytes,
+                # what is left of the cycle's deadline (fetch fails at once when nothing is)
+                timeout=self._deadline - time.monotonic(),
+                max_bytes=max_bytes or self.settings.max_response_bytes,
                 accept=accept,
                 headers=self._headers,
             )
@@ -248,14 +289,15 @@ class TargetPoller:
             return
         self._failing[endpoint] = reason
         if bug:  # a reader raised: a traceback once per streak, the answer counted as parse
-            log.error("%s %s: reading the answer failed (counted as parse)", self.server,
-                      endpoint, exc_info=True)
+            self._log(logging.ERROR, "%s %s: reading the answer failed (counted as parse)",
+                      self.server, endpoint, exc_info=True)
         else:
-            log.debug("%s %s failing (%s): %s", self.server, endpoint, reason, detail)
+            self._log(logging.DEBUG, "%s %s failing (%s): %s", self.server, endpoint, reason,
+                      detail)
 
     def _answered(self, endpoint: str) -> None:
         if self._failing.pop(endpoint, None) is not None:
-            log.debug("%s %s: answering again", self.server, endpoint)
+            self._log(logging.DEBUG, "%s %s: answering again", self.server, endpoint)
 
     def _read(self, endpoint: str, reader: Callable, payload):
         """reader(payload), or None with the failure counted; never raises."""
@@ -305,7 +347,8 @@ class TargetPoller:
         if "lines " + reason not in self._failing:
             self._failing["lines " + reason] = reason
             where = f"; the first is line {first}" if first else ""
-            log.debug("%s /metrics: %d lines dropped (%s)%s", self.server, lines, reason, where)
+            self._log(logging.DEBUG, "%s /metrics: %d lines dropped (%s)%s", self.server, lines,
+                      reason, where)
 
     def _poll_loads(self) -> Load | None:
         paths = LOAD_PATHS[LOAD_PATHS.index(self._load_path):] if self._load_path else ()
@@ -340,11 +383,15 @@ class TargetPoller:
     def _get_json(self, endpoint: str, path: str):
         """Decoded JSON; _NOT_FOUND on 404/405; None on any other failure (already counted)."""
         try:
-            resp = self._get(endpoint, path, "application/json")
+            resp = self._get(endpoint, path, "application/json", max_bytes=min(
+                self.settings.max_response_bytes, json_bounds.MAX_JSON_BYTES))
         except FetchError as err:
             return _NOT_FOUND if err.status in (404, 405) else None
         try:
-            return json.loads(resp.body)
+            return json_bounds.loads(resp.body)
+        except json_bounds.JSONBoundsError as err:  # refused before it is decoded (or too deep)
+            self._failed(endpoint, "parse", f"{path}: JSON over its bounds: {err}")
+            return None
         except (ValueError, RecursionError):  # junk, bad UTF-8, absurd nesting, huge integers
             self._failed(endpoint, "parse", f"{path}: not JSON")
             return None
