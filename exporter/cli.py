@@ -17,8 +17,8 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from sglang_obs import __version__
+from sglang_obs.core import safe_files, shown
 from sglang_obs.core import settings as stack_settings
-from sglang_obs.core import shown
 from sglang_obs.core.cli_support import OneLineParser
 from sglang_obs.core.sglang import EXPORTER_PORT
 from sglang_obs.exporter.collector import (
@@ -319,9 +319,12 @@ MAX_API_KEY_BYTES = 4096
 def read_api_key(parser: _Parser, path: str) -> str:
     """The key in `path`, surrounding whitespace removed; a parser error (naming the file, never
     its content) unless it is one line of printable ASCII, as an HTTP header value must be."""
-    try:
-        with open(path, "rb") as f:
+    try:  # a regular file only: a FIFO nothing writes to would block the start for ever
+        fd, _ = safe_files.open_checked(path)
+        with os.fdopen(fd, "rb") as f:
             raw = f.read(MAX_API_KEY_BYTES + 1)
+    except safe_files.Refused as err:
+        parser.exit(1, f"{parser.prog}: --sglang.api-key-file {path}: {err}\n")
     except OSError as err:  # the file, not the command line, is wrong: a failure
         parser.exit(1, f"{parser.prog}: --sglang.api-key-file {path}: cannot read it "
                        f"({err.strerror})\n")
@@ -416,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
               else None)
     app = make_app(exposition, args.web_telemetry_path, targets, glance)
     try:
-        server = serve(app, args.web_listen_address)
+        server = serve(app, args.web_listen_address, args.web_telemetry_path)
     except OSError as err:
         log.error("cannot listen on %s (--web.listen-address): %s", args.web_listen_address,
                   err.strerror or err)

@@ -187,7 +187,8 @@ def _times(factor: float, value: float | None) -> float | None:
 
 
 def decode_branches(s: Signals, c: Classification) -> tuple[bool, bool]:
-    """(collapse at the limit, drop with a grown batch of long requests): the two halves of decode contention."""
+    """(collapse at the limit, drop with a grown batch of long requests): the two halves of
+    decode contention."""
     collapse = (_lt(s.speed, _times(c.decode_speed_collapse_ratio, s.speed_p90_1h))
                 and _ge(s.running_ratio, c.running_ratio_at_limit))
     drop = (_lt(s.speed, _times(c.decode_speed_drop_ratio, s.speed_p90_1h))

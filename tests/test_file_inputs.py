@@ -473,3 +473,35 @@ def test_a_csv_output_to_a_pipe_with_a_reader_and_to_dev_null_is_written(tmp_pat
             break
         time.sleep(0.1)
     assert (tmp_path / "copy.csv").read_text().startswith("minute,prompt_class")
+
+
+def test_an_api_key_file_that_is_a_fifo_fails_the_exporters_start_at_once(tmp_path):
+    fifo = tmp_path / "key"
+    os.mkfifo(fifo)
+    exporter = str(Path(sys.executable).parent / "sglang-exporter")
+    try:
+        result = subprocess.run([exporter, "--sglang.url", "http://127.0.0.1:1",
+                                 "--sglang.api-key-file", str(fifo),
+                                 "--web.listen-address", "127.0.0.1:0"],
+                                capture_output=True, text=True, timeout=8)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the exporter blocked opening a FIFO as its API key file")
+    finally:
+        unblock(fifo)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "api-key-file" in result.stderr
+    assert "FIFO" in result.stderr
+
+
+def test_an_alert_sink_log_file_that_is_a_fifo_fails_at_once(tmp_path):
+    fifo = tmp_path / "alerts.jsonl"
+    os.mkfifo(fifo)
+    try:
+        result = run("alert-sink", "--listen", "127.0.0.1:0", "--log-file", fifo, timeout=8)
+    finally:
+        unblock(fifo)
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "--log-file" in result.stderr
+    assert "FIFO" in result.stderr

@@ -239,7 +239,8 @@ def test_alert_sink_logs_alerts_and_rejects_junk(tmp_path):
             assert err.value.code == 400
         summary = json.load(urllib.request.urlopen(url + "/", timeout=5))
         sink.stop()
-    assert summary == {"received": {"pager": 1}, "rejected": 3}
+    assert summary == {"received": {"pager": 1}, "rejected": 3,
+                       "connections_closed_to_make_room": 0}
     [line] = log.read_text().splitlines()
     assert json.loads(line)["labels"]["alertname"] == "SGLangServerDown"
 

@@ -165,7 +165,7 @@ def test_the_alert_sink_log_says_which_alerts_a_receiver_got(incident, tmp_path)
     log = tmp_path / "alerts.jsonl"
     lines = [{"time": t, "receiver": "deadman", "status": "firing",
               "labels": {"alertname": "Watchdog", "severity": "none"}}
-             for t in range(int(b.start), int(b.end) + 60, 60)]
+             for t in range(int(b.start), int(b.end) + 180, 60)]  # past the last episode
     lines.append({"time": first + 31, "receiver": "ticket", "status": "firing",
                   "labels": {"alertname": "SGLangPrefillBacklog", "severity": "warning",
                              "instance": backlog["labels"]["instance"]}})

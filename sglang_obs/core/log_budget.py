@@ -7,9 +7,9 @@ happened and how much. The window opens with the first line taken and closes `wi
 later; lines past the burst are counted instead of logged, and the first take() or flush()
 after the window closed returns that count, once, for the caller to word one summary line.
 Call flush() now and then (every poll cycle) so the summary comes even when the source has gone
-quiet. Used per server by the exporter's pollers (exporter/poller.py); the alert sink's
-rejection log (REJECT_LOG_BURST per REJECT_LOG_WINDOW) is the same pattern. One thread per
-budget: it holds no lock.
+quiet. Used per server by the exporter's pollers (exporter/poller.py) and for the alert sink's
+rejection log (REJECT_LOG_BURST per REJECT_LOG_WINDOW). One thread per budget: it holds no
+lock.
 """
 
 from __future__ import annotations

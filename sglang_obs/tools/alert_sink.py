@@ -27,17 +27,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import IO
 
+from sglang_obs.core import safe_files
 from sglang_obs.core.connections import ConnectionTable, raise_fd_limit
+from sglang_obs.core.log_budget import LogBudget
 
 log = logging.getLogger("sglang_obs.tools.alert_sink")
 
@@ -82,6 +86,26 @@ class Reject(Exception):  # an answer, not a failure of the sink
         self.reason = reason
 
 
+def _open_log(path: Path):
+    """`path` opened to append, a regular file only (it is renamed when it rotates): opened
+    non-blocking, so a FIFO nothing reads from is refused at once instead of blocking the sink's
+    start for ever; then written to blocking."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK
+             | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        if err.errno == errno.ENXIO:  # a FIFO without a reader
+            raise OSError(None, "a FIFO that nothing reads from") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(None, safe_files.not_regular(mode).args[0])
+    os.set_blocking(fd, True)
+    return open(fd, "a")
+
+
 class RotatingFile:
     """Appends lines to `path`; past `max_bytes` renames it to PATH.1 (PATH.1 to PATH.2, ...,
     keeping `backups` old files) and starts a new one. A write that fails is logged once and
@@ -92,7 +116,7 @@ class RotatingFile:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
-        self._file = self.path.open("a")  # OSError here is the caller's (a bad --log-file)
+        self._file = _open_log(self.path)  # OSError here is the caller's (a bad --log-file)
         self._size = self._file.tell()
         self._failed = False
 
@@ -155,7 +179,7 @@ class AlertSink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
-        self._reject_window = (0.0, 0, 0)  # window start, lines logged, lines suppressed
+        self._reject_budget = LogBudget(REJECT_LOG_BURST, REJECT_LOG_WINDOW)
 
     @property
     def received(self) -> list[dict]:
@@ -217,24 +241,18 @@ class AlertSink:
         counts: dict[str, int] = {}
         for a in self.received:
             counts[a["receiver"]] = counts.get(a["receiver"], 0) + 1
-        return {"received": counts, "rejected": self.rejected}
+        return {"received": counts, "rejected": self.rejected,
+                "connections_closed_to_make_room": self.connections.evicted}
 
     def _note_reject(self, message: str) -> None:
         """One log line per rejection, at most REJECT_LOG_BURST per REJECT_LOG_WINDOW; then
         one line saying how many were not logged."""
-        now = time.monotonic()
-        start, logged, suppressed = self._reject_window
-        if now - start > REJECT_LOG_WINDOW:
-            if suppressed:
-                log.warning("%d more rejections in the last %.0f s not logged", suppressed,
-                            REJECT_LOG_WINDOW)
-            start, logged, suppressed = now, 0, 0
-        if logged < REJECT_LOG_BURST:
+        emit, left_out = self._reject_budget.take()
+        if left_out:
+            log.warning("%d more rejections in the last %.0f s not logged", left_out,
+                        REJECT_LOG_WINDOW)
+        if emit:
             log.warning("rejected: %s", message[:300])
-            logged += 1
-        else:
-            suppressed += 1
-        self._reject_window = (start, logged, suppressed)
 
     # -- serving --------------------------------------------------------------------------
     def serve_forever(self) -> None:
