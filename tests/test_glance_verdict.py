@@ -50,8 +50,8 @@ def test_decode_contention_with_a_grown_batch_far_from_the_limit_has_its_reading
     # "None of the four reading patterns applies now": the batch had grown to twice its usual
     # size (the classification's second branch), the seed's pattern wants it at the limit.
     s = Signals(available=True, kv_occupancy=0.3, prefill_backlog=0.0, waiting=0.0, running=6.0,
-                kv_used=6 * 90_000.0, running_ratio=6 / 44, speed=12.0, speed_p90_1h=40.0, running_avg_1h=2.5,
-                queue_seconds=0.0)
+                kv_used=6 * 90_000.0, running_ratio=6 / 44, speed=12.0, speed_p90_1h=40.0,
+                running_avg_1h=2.5, queue_seconds=0.0)
     assert classify(s, C) == "decode_contention"
     shown = readings("decode_contention", s, C, [], {})
     assert [r["id"] for r in shown] == ["batch_grown_speed_falling"]
