@@ -378,13 +378,18 @@ def in_thread(fn, seconds=5.0):
     return out
 
 
-def test_snapshot_alerts_log_that_is_a_fifo_is_an_error_not_a_hang(tmp_path):
-    fifo = tmp_path / "alerts.jsonl"
+def on_a_fifo(fifo: Path, fn):
+    """in_thread(fn) with `fifo` made a FIFO nothing writes to (unblocked after)."""
     os.mkfifo(fifo)
     try:
-        out = in_thread(lambda: delivery.read_alerts_log(fifo))
+        return in_thread(fn)
     finally:
         unblock(fifo)
+
+
+def test_snapshot_alerts_log_that_is_a_fifo_is_an_error_not_a_hang(tmp_path):
+    fifo = tmp_path / "alerts.jsonl"
+    out = on_a_fifo(fifo, lambda: delivery.read_alerts_log(fifo))
     assert isinstance(out.get("error"), delivery.DeliveryError), out
     assert str(fifo) in str(out["error"])
     assert "FIFO" in str(out["error"])
@@ -404,11 +409,7 @@ def test_a_fifo_beside_the_alerts_log_is_an_error_not_a_hang(tmp_path):
 
 def test_stack_override_that_is_a_fifo_nothing_writes_to_fails_at_once(tmp_path):
     fifo = tmp_path / "override.yml"
-    os.mkfifo(fifo)
-    try:
-        out = in_thread(lambda: stack._override_global(fifo))
-    finally:
-        unblock(fifo)
+    out = on_a_fifo(fifo, lambda: stack._override_global(fifo))
     assert isinstance(out.get("error"), Failure), out
     assert str(fifo) in str(out["error"])
     assert "FIFO" in str(out["error"])

@@ -170,17 +170,23 @@ def read_input(path: str | os.PathLike, *, allow_pipe: bool = True) -> bytes:
         return f.read()
 
 
-def open_output(path: str | os.PathLike) -> io.TextIOWrapper:
-    """`path` as a text file to (over)write, CSV-ready (newline=""), created if missing: opened
-    non-blocking, so a FIFO nothing reads from is Refused (NO_READER) at once; then written to
-    blocking, as any file."""
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
-             | getattr(os, "O_CLOEXEC", 0))
+def open_output(path: str | os.PathLike, *, append: bool = False,
+                regular: bool = False) -> io.TextIOWrapper:
+    """`path` as a text file to (over)write, or to `append` to, CSV-ready (newline=""), created
+    if missing: opened non-blocking, so a FIFO nothing reads from is Refused (NO_READER) at once;
+    with `regular`, anything but a regular file (a FIFO with a reader, a device) is Refused
+    (NOT_REGULAR) too; then written to blocking, as any file."""
+    flags = (os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | os.O_NONBLOCK
+             | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as err:
         if err.errno == errno.ENXIO:  # a FIFO without a reader
             raise Refused(NO_READER, "a FIFO that nothing reads from") from None
         raise
+    mode = os.fstat(fd).st_mode
+    if regular and not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(mode)
     os.set_blocking(fd, True)
-    return open(fd, "w", newline="")  # the caller closes it
+    return open(fd, "a" if append else "w", newline="")  # the caller closes it

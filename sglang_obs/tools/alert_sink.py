@@ -27,13 +27,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
 import hashlib
 import json
 import logging
 import os
 import socket
-import stat
 import threading
 import time
 from pathlib import Path
@@ -87,23 +85,12 @@ class Reject(Exception):  # an answer, not a failure of the sink
 
 
 def _open_log(path: Path):
-    """`path` opened to append, a regular file only (it is renamed when it rotates): opened
-    non-blocking, so a FIFO nothing reads from is refused at once instead of blocking the sink's
-    start for ever; then written to blocking."""
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK
-             | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    """`path` opened to append, a regular file only (it is renamed when it rotates), without
+    blocking on a FIFO; OSError (the caller's) when it cannot be."""
     try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as err:
-        if err.errno == errno.ENXIO:  # a FIFO without a reader
-            raise OSError(None, "a FIFO that nothing reads from") from None
-        raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise OSError(None, safe_files.not_regular(mode).args[0])
-    os.set_blocking(fd, True)
-    return open(fd, "a")
+        return safe_files.open_output(path, append=True, regular=True)
+    except safe_files.Refused as err:
+        raise OSError(None, str(err)) from None
 
 
 class RotatingFile:
