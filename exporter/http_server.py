@@ -25,7 +25,7 @@ import threading
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
-from sglang_obs.core.connections import ConnectionTable, raise_fd_limit
+from sglang_obs.core.connections import ConnectionTable
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,7 @@ class Server:
             self._sock.close()
             raise
         self.server_address = self._sock.getsockname()
-        fit = raise_fd_limit(MAX_CONNECTIONS)
-        self.connections = ConnectionTable(fit, min(MAX_PER_CLIENT, fit))
+        self.connections = ConnectionTable.sized(MAX_CONNECTIONS, MAX_PER_CLIENT)
         self.timeouts = 0  # connections closed at HEAD_DEADLINE or WRITE_DEADLINE
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="http")
         self._scrapes = ThreadPoolExecutor(SCRAPE_WORKERS, thread_name_prefix="http-scrape")

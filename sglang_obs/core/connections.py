@@ -57,6 +57,13 @@ class ConnectionTable:
     _per_peer: dict = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)
 
+    @classmethod
+    def sized(cls, max_total: int, max_per_client: int) -> ConnectionTable:
+        """A table of at most `max_total` connections (fewer when the descriptor limit cannot
+        be raised that far) and `max_per_client` from one address."""
+        fit = raise_fd_limit(max_total)
+        return cls(fit, min(max_per_client, fit))
+
     def __len__(self) -> int:
         return len(self._open)
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO
 
 from sglang_obs.core import safe_files
-from sglang_obs.core.connections import ConnectionTable, raise_fd_limit
+from sglang_obs.core.connections import ConnectionTable
 from sglang_obs.core.log_budget import LogBudget
 
 log = logging.getLogger("sglang_obs.tools.alert_sink")
@@ -160,8 +160,7 @@ class AlertSink:
             self._streams.append(RotatingFile(log_file, log_max_bytes, log_backups))
         self._sock = socket.create_server((host, port), backlog=1024)  # OSError: the caller's
         self.port = self._sock.getsockname()[1]
-        fit = raise_fd_limit(MAX_CONNECTIONS)
-        self.connections = ConnectionTable(fit, min(MAX_PER_CLIENT, fit))
+        self.connections = ConnectionTable.sized(MAX_CONNECTIONS, MAX_PER_CLIENT)
         self._bodies: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
