@@ -50,6 +50,7 @@ from sglang_obs.exporter.queue_run import QueueRunState, QueueRunTracker
 from sglang_obs.exporter.sglang_api import (
     Load,
     PayloadError,
+    PdLoad,
     ServerConfig,
     parse_loads,
     parse_models,
@@ -100,6 +101,9 @@ class Snapshot:
     # This cycle's aggregated /metrics values (sglang_exposition.WANTED), {} when /metrics gave
     # none: the counters and queues the glance page (status.py) reads besides `derived`.
     native_values: Mapping[str, float] = field(default_factory=dict)
+    # This cycle's PD queues from the load endpoint; None for a unified server, a release
+    # without them, or a cycle without a load answer.
+    pd: PdLoad | None = None
 
 
 class TargetPoller:
@@ -210,6 +214,7 @@ class TargetPoller:
                 config=self._config,
                 queue_run=self._queue.state(),
                 native_values=native.values if native else {},
+                pd=load.pd if load is not None else None,
             )
             snapshot = self.snapshot
         if self._on_poll is not None:

@@ -12,7 +12,8 @@ name reduced, enumerated fields checked against their known values).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_obs.exporter import labels
@@ -20,6 +21,28 @@ from sglang_obs.exporter import labels
 
 class PayloadError(ValueError):
     """The JSON does not have the shape of any SGLang release."""
+
+
+# A PD server's queues in /v1/loads' `disaggregation` block (0.5.8+), by role: (queue label,
+# key). A prefill server reports the decode keys too, at 0 (and the other way round): only the
+# role's own are its queues.
+PD_QUEUES = {
+    "prefill": (("bootstrap", "prefill_bootstrap_queue_reqs"),
+                ("inflight", "prefill_inflight_queue_reqs")),
+    "decode": (("prealloc", "decode_prealloc_queue_reqs"),
+               ("transfer", "decode_transfer_queue_reqs"),
+               ("retracted", "decode_retracted_queue_reqs")),
+}
+# No server holds this many requests in one queue: a larger count is not a count.
+MAX_QUEUE_REQUESTS = float(1 << 32)
+
+
+@dataclass(frozen=True)
+class PdLoad:
+    """A prefill or decode server's PD queues, summed over DP ranks (from /v1/loads)."""
+
+    mode: str  # "prefill" | "decode"
+    queues: Mapping[str, float] = field(default_factory=dict)  # queue label -> requests
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,8 @@ class Load:
     capacity_tokens: float | None = None
     max_running_requests: float | None = None  # the effective limit
     gen_throughput: float | None = None
+    # None: a unified server (mode "null"), or a release without the disaggregation block.
+    pd: PdLoad | None = None
     bad_fields: tuple[str, ...] = ()  # fields of the wrong type, read as unknown
 
 
@@ -104,12 +129,21 @@ class _Fields:
             return self._wrong(key)
         return int(number)
 
-    def text(self, mapping: dict, key: str) -> str:
+    def count(self, mapping: dict, key: str, where: str) -> float | None:
+        """A number of requests: a whole number in 0..MAX_QUEUE_REQUESTS."""
+        number = self.num(mapping, key, where)
+        if number is None:
+            return None
+        if number != int(number) or not 0 <= number <= MAX_QUEUE_REQUESTS:
+            return self._wrong(where)
+        return number
+
+    def text(self, mapping: dict, key: str, where: str | None = None) -> str:
         value = mapping.get(key)
         if value is None:
             return ""
         if not isinstance(value, str):
-            return self._wrong(key) or ""
+            return self._wrong(where or key) or ""
         return value
 
     def flag(self, mapping: dict, key: str) -> bool | None:
@@ -186,8 +220,30 @@ def parse_loads(payload: Any) -> Load:
         capacity_tokens=f.total(entries, "max_total_num_tokens", where=where),
         max_running_requests=f.total(entries, "max_running_requests", where=where),
         gen_throughput=f.total(entries, "gen_throughput", where=where),
+        pd=_pd_load(f, entries, where),
         bad_fields=f.names,
     )
+
+
+def _pd_load(f: _Fields, entries: list[dict], where: str) -> PdLoad | None:
+    """The role's queues from each rank's `disaggregation` block, summed over the ranks. A queue
+    with a bad value on any rank is unknown (a partial sum would understate it); ranks that
+    disagree on the mode are no server's answer, so no queue is read."""
+    path = f"{where}[].disaggregation"
+    blocks = [b for e in entries if (b := f.object(e, "disaggregation", path))]
+    modes = {f.text(b, "mode", f"{path}.mode").lower() for b in blocks} - {""}
+    if len(modes) > 1:
+        f._wrong(f"{path}.mode")
+        return None
+    mode = modes.pop() if modes else ""
+    if mode not in PD_QUEUES:  # "null": a unified server; an unknown mode has no known queues
+        return None
+    queues = {}
+    for queue, key in PD_QUEUES[mode]:
+        values = [f.count(b, key, f"{path}.{key}") for b in blocks if b.get(key) is not None]
+        if values and None not in values:
+            queues[queue] = float(sum(values))
+    return PdLoad(mode, queues)
 
 
 def parse_server_info(payload: Any) -> ServerConfig:
