@@ -176,6 +176,15 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("prefill_backlog_tokens", "gauge", SERVER_MODEL,
        "Prompt tokens waiting to be prefilled (uncached), summed over DP ranks. Absent on "
        "releases without it in the load endpoint.", LOAD),
+    _m("pd_queue_requests", "gauge", (*SERVER_MODEL, "queue"),
+       "Requests in a prefill/decode disaggregation queue, summed over DP ranks, live from the "
+       "load endpoint's disaggregation block (0.5.8+). A prefill server has queue bootstrap "
+       "(waiting for the handshake with the decode side and its KV preallocation) and inflight "
+       "(prefilled, KV being sent); a decode server prealloc (waiting for bootstrap and a KV "
+       "allocation), transfer (KV on its way from the prefill server) and retracted (taken out "
+       "of the running batch when the KV pool ran out, waiting to resume). Only the queues of "
+       "the server's role; absent on unified servers and on releases without the block.",
+       LOAD),
     _m("queue_nonempty_duration_seconds", "gauge", SERVER_MODEL,
        "How long the waiting queue has been continuously non-empty, as of the last poll; 0 "
        "when empty.", LOAD),

@@ -45,6 +45,7 @@ class SGLangCollector:
         yield from _health(snapshots)
         yield _glance_hidden(self._board)
         yield from _derived(snapshots)
+        yield _pd_queues(snapshots)
         yield from _config(snapshots)
 
 
@@ -128,6 +129,17 @@ def _derived(snapshots: list[Snapshot]):
             total.add_metric(labels, q.nonempty_seconds_total)
     yield from (family for _, family in gauges)
     yield from (current, runs, total)
+
+
+def _pd_queues(snapshots: list[Snapshot]):
+    """The PD queues of prefill and decode servers (the parser keeps only the role's own)."""
+    family = _family("pd_queue_requests")
+    for snap in snapshots:
+        if snap.pd is None or snap.derived is None:
+            continue
+        for queue, value in snap.pd.queues.items():
+            family.add_metric([snap.server, snap.derived.model_name, queue], value)
+    return family
 
 
 def _config(snapshots: list[Snapshot]):

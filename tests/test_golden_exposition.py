@@ -37,6 +37,7 @@ NONDETERMINISTIC = re.compile(
     r"log_last_line_timestamp_seconds)\{"  # log times are local: they depend on TZ
 )
 LOG_FIXTURE = ROOT / "tests/fixtures/sglang/scheduler_0.5.12_tp4.log"
+PD_DECODE = ROOT / "conformance/goldens/0.5.12/pd-decode"
 RECORDS_FIXTURE = ROOT / "tests/fixtures/sglang/request_metrics_mixed.log"
 
 SERVERS = {
@@ -86,6 +87,14 @@ SERVERS = {
             b'"dp_size": 1' + b"0" * 400 + b', "schedule_policy": "mine", '
             b'"kv_cache_dtype": "fp8_e4m3", "internal_states": 5}',
             content_type="application/json"),
+    },
+    # A PD decode server of 0.5.12 (SGLang's own answers): its role and its PD queues
+    "sglang-pd-decode:30000": {
+        "/metrics": Route((PD_DECODE / "metrics.prom").read_bytes()),
+        "/v1/loads": Route((PD_DECODE / "v1_loads.json").read_bytes(),
+                           content_type="application/json"),
+        "/server_info": Route((PD_DECODE / "server_info.json").read_bytes(),
+                              content_type="application/json"),
     },
 }
 
