@@ -15,7 +15,8 @@ one sample every evaluation interval (prometheus.yml's, passed in), an hour of t
 the current value included. Retractions within kv_retraction_window are the rules' `increase()`
 over SGLang's counter, including its first appearance with a value (a series born counting).
 tests/test_status_agreement.py checks the verdict against promtool's evaluation of the shipped
-rules over every simulated scenario.
+rules over every simulated scenario. Prefill/decode servers are also grouped into their pools
+(`pool_statuses`), each with one of core/states.py's PD states over the pool's sums.
 
 **Bounded memory.** Per server three fixed-size rings of floats (`array('d')`): the baseline
 (241 samples × 3), the 30-minute trend (180 slots of TREND_SLOT seconds × 10 fields) and the last
@@ -40,7 +41,15 @@ from sglang_obs import __version__
 from sglang_obs.core import config_dir, quantities, shown
 from sglang_obs.core import settings as stack_settings
 from sglang_obs.core.shown import count, percent, seconds, speed
-from sglang_obs.core.states import STATE_COLOURS, STATES
+from sglang_obs.core.states import (
+    PD_POOLS,
+    PD_PRIORITY,
+    PD_STATE_COLOURS,
+    PD_STATE_POOL,
+    PD_STATES,
+    STATE_COLOURS,
+    STATES,
+)
 from sglang_obs.exporter.poller import Snapshot
 
 log = logging.getLogger(__name__)
@@ -523,9 +532,11 @@ class StatusBoard:
             "baseline_step_seconds": self.baseline_step,
             "trend_slot_seconds": TREND_SLOT,
             "states": list(STATES),
+            "pd_states": list(PD_STATES),
             "host_gpus": host_gpus if not attributed and len(self.trackers) > 1 else [],
             "gpu_collector": reading is not None,
             "servers": servers,
+            "pools": pool_statuses(servers, self.classification),
         }
 
 
@@ -574,9 +585,13 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
                                  "num_decode_prealloc_queue_reqs",
                                  "num_decode_transfer_queue_reqs") if k in nv]
     collapse, drop = decode_branches(s, c)
+    mode = (snap.config.disaggregation_mode.lower()
+            if snap is not None and snap.config is not None else "")
     out: dict[str, Any] = {
         "server": tracker.server,
         "model_name": model,
+        "role": mode if mode in PD_POOL_STATE else "",
+        "pd_queues": dict(snap.pd.queues) if snap is not None and snap.up and snap.pd else {},
         "up": s.available,
         "as_of": extra["wall"],
         "last_up": extra["last_up_wall"],
@@ -801,3 +816,131 @@ def trends(trend, t: float | None) -> dict[str, Any]:
 
 def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
+
+
+# -- prefill/decode pools --------------------------------------------------------------------------
+# A PD deployment read as the PD recording rules read it: the servers of one role form a pool,
+# its role from /server_info's disaggregation_mode (never configured). The exporter sees the
+# prefill and decode pools, not the gateway or the transfer; each pool's own state is the
+# PD_STATES one PD_STATE_POOL gives it.
+PD_POOL_STATE = {pool: state for state, pool in PD_STATE_POOL.items()
+                 if pool in ("prefill", "decode")}
+POOL_STATE_LABELS = {"unavailable": "Unavailable", "idle": "Idle", "healthy": "Healthy",
+                     "prefill_pool_backlog": "Prefill pool backlog",
+                     "decode_pool_contention": "Decode pool contention"}
+
+
+@dataclass(frozen=True)
+class PoolSignals:
+    """A pool's inputs, each summed (or maxed) over the members that report it, as the rules'
+    `pool:sglang_pd_*` series are; None where no member does."""
+
+    servers: int
+    up: int
+    running: float | None
+    waiting: float | None
+    max_running: float | None
+    running_ratio: float | None  # running / max_running, both summed
+    prefill_backlog: float | None
+    kv_occupancy_max: float | None  # the fullest member's KV pool
+    queues: Mapping[str, float]  # PD queue -> requests
+
+
+def _sum(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def pool_signals(members: Sequence[Mapping[str, Any]]) -> PoolSignals:
+    """From the members' entries of /api/v1/status (server_status)."""
+    up = [m for m in members if m["up"]]
+    running = _sum(m["pressure"]["running"] for m in up)
+    max_running = _sum(m["pressure"]["max_running"] for m in up)
+    occupancies = [v for m in up if (v := m["tokens"]["kv_occupancy_ratio"]) is not None]
+    queues: dict[str, float] = {}
+    for m in up:
+        for queue, value in m["pd_queues"].items():
+            queues[queue] = queues.get(queue, 0.0) + value
+    return PoolSignals(
+        servers=len(members), up=len(up), running=running,
+        waiting=_sum(m["pressure"]["waiting"] for m in up), max_running=max_running,
+        running_ratio=_div(running, max_running),
+        prefill_backlog=_sum(m["tokens"]["prefill_backlog"] for m in up),
+        kv_occupancy_max=max(occupancies) if occupancies else None, queues=queues)
+
+
+def pool_conditions(pool: str, p: PoolSignals, c: Classification) -> dict[str, bool]:
+    """The pool's states' conditions, as the PD recording rules' pool states write them."""
+    held = {"unavailable": p.up == 0}
+    if pool == "prefill":
+        held["prefill_pool_backlog"] = (_ge(p.prefill_backlog, c.prefill_backlog_tokens)
+                                        and _lt(0, p.waiting))
+    else:  # requests wait for decode KV while the pool is at its limit or a KV pool is full
+        held["decode_pool_contention"] = (_lt(0, p.queues.get("prealloc"))
+                                          and (_ge(p.running_ratio, c.running_ratio_at_limit)
+                                               or _ge(p.kv_occupancy_max,
+                                                      c.kv_occupancy_ratio)))
+    held["idle"] = p.running == 0 and p.waiting == 0
+    held["healthy"] = p.up > 0
+    return held
+
+
+def classify_pool(pool: str, p: PoolSignals, c: Classification) -> str:
+    """The first of the pool's states, in PD_PRIORITY, whose condition holds."""
+    held = pool_conditions(pool, p, c)
+    return next(state for state in PD_PRIORITY if held.get(state))
+
+
+def pool_statuses(servers: Sequence[Mapping[str, Any]],
+                  c: Classification) -> list[dict[str, Any]]:
+    """One verdict per pool that has a member among the polled servers; [] without PD
+    servers."""
+    out = []
+    for pool in (p for p in PD_POOLS if p in PD_POOL_STATE):
+        members = [srv for srv in servers if srv["role"] == pool]
+        if not members:
+            continue
+        p = pool_signals(members)
+        state = classify_pool(pool, p, c)
+        out.append({
+            "pool": pool,
+            "servers": [m["server"] for m in members],
+            "servers_up": p.up,
+            "state": state,
+            "state_code": PD_STATES.index(state),
+            "state_label": POOL_STATE_LABELS[state],
+            "colour": PD_STATE_COLOURS[state],
+            "reason": pool_reason(pool, state, p, c),
+            "running": p.running,
+            "waiting": p.waiting,
+            "max_running": p.max_running,
+            "running_ratio": p.running_ratio,
+            "prefill_backlog": p.prefill_backlog,
+            "kv_occupancy_max": p.kv_occupancy_max,
+            "queues": dict(p.queues),
+        })
+    return out
+
+
+def pool_reason(pool: str, state: str, p: PoolSignals, c: Classification) -> str:
+    """One sentence: why the pool is in `state`, with the numbers that put it there."""
+    down = (f" {count(p.servers - p.up)} of its {count(p.servers)} servers do not answer."
+            if 0 < p.up < p.servers else "")
+    slots = (f"{count(p.running)} of {count(p.max_running)} slots running "
+             f"({percent(p.running_ratio)})" if p.max_running is not None
+             else f"{count(p.running)} running")
+    if state == "unavailable":
+        return f"None of the pool's {count(p.servers)} servers answers."
+    if state == "prefill_pool_backlog":
+        return (f"{count(p.prefill_backlog)} prompt tokens are waiting to be prefilled across "
+                f"the pool (the threshold is {count(c.prefill_backlog_tokens)}) while "
+                f"{count(p.waiting)} requests queue.{down}")
+    if state == "decode_pool_contention":
+        full = (f"; the fullest KV pool is {percent(p.kv_occupancy_max)} full"
+                if _ge(p.kv_occupancy_max, c.kv_occupancy_ratio) else "")
+        return (f"{count(p.queues.get('prealloc'))} requests wait for decode KV (the prealloc "
+                f"queue) with {slots}{full}.{down}")
+    if state == "idle":
+        return f"Nothing running, nothing waiting on the pool's servers.{down}"
+    what = ("backlog" if pool == "prefill" else "contention")
+    return (f"{slots}, {count(p.waiting)} waiting across the pool; no {what}.{down}")

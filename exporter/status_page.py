@@ -27,7 +27,7 @@ from typing import Any
 from sglang_obs import __version__
 from sglang_obs.core import quantities, shown
 from sglang_obs.core.shown import count, percent, seconds, speed
-from sglang_obs.core.states import STATE_COLOURS
+from sglang_obs.core.states import PD_STATE_COLOURS, STATE_COLOURS
 from sglang_obs.exporter.status import (
     READINGS,
     STATE_LABELS,
@@ -210,6 +210,22 @@ def _no_gpus(board_status: dict[str, Any]) -> str:
     return "No GPU readings: NVML found no GPU, or none runs this server."
 
 
+POOL_TITLES = {"prefill": "Prefill pool", "decode": "Decode pool"}
+
+
+def pool_display(pool: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]:
+    """The strings the page shows for one PD pool: its verdict and its members with theirs."""
+    by_server = {srv["server"]: srv for srv in board_status["servers"]}
+    members = []
+    for name in pool["servers"]:
+        srv = by_server.get(name)
+        members.append(f"{name}: {srv['state_label']}" if srv is not None else name)
+    return {"text": {"state_label": pool["state_label"], "reason": pool["reason"],
+                     "members": f"{count(pool['servers_up'])} of {count(len(pool['servers']))} "
+                                "answering"},
+            "paths": {}, "lists": {"servers": members}}
+
+
 def board_display(board_status: dict[str, Any]) -> dict[str, Any]:
     return {"text": {"updated": "updated " + time.strftime(
         "%H:%M:%S", time.localtime(board_status["generated_at"]))},
@@ -222,6 +238,8 @@ def status_with_display(board: StatusBoard) -> dict[str, Any]:
         status = board.status()
         for srv in status["servers"]:
             srv["display"] = display(srv, status)
+        for pool in status["pools"]:
+            pool["display"] = pool_display(pool, status)
         status["display"] = board_display(status)
     return status
 
@@ -286,6 +304,8 @@ def server_section(i: int, srv: dict[str, Any]) -> str:
     t = disp["text"]
     model = (f' <span class="model">{esc(srv["model_name"])}</span>'
              if srv["model_name"] else "")
+    if srv["role"]:
+        model += f' <span class="role">{esc(srv["role"])}</span>'
     pressure = "".join((
         _row("Running", "p.running", t, "of the effective max_running_requests"),
         _row("Waiting", "p.waiting", t),
@@ -348,6 +368,25 @@ data-state="{esc(srv['state'])}">
 </div></section>"""
 
 
+def pools_section(pools: list[dict[str, Any]]) -> str:
+    """The PD pools above the servers: one verdict per pool, and which servers form it."""
+    if not pools:
+        return ""
+    cards = "".join(
+        f'<div class="pool" id="pool-{i}" data-pool="{esc(pool["pool"])}" '
+        f'data-state="{esc(pool["state"])}"><h3>{esc(POOL_TITLES[pool["pool"]])} '
+        f'<span class="note" data-f="members">{esc(pool["display"]["text"]["members"])}</span>'
+        f'</h3><p class="verdict"><span class="badge" data-f="state_label">'
+        f'{esc(pool["display"]["text"]["state_label"])}</span> <span class="reason" '
+        f'data-f="reason">{esc(pool["display"]["text"]["reason"])}</span></p>'
+        f'{_list("servers", pool["display"]["lists"]["servers"], "members")}</div>'
+        for i, pool in enumerate(pools))
+    return ('<section class="pools"><h2>Prefill/decode pools</h2>'
+            '<p class="note">Each server\'s pool is its role, the disaggregation_mode its '
+            "/server_info reports; the verdicts are the recording rules' pool states, over the "
+            f"servers this exporter polls.</p>{cards}</section>")
+
+
 def page(board: StatusBoard, telemetry_path: str, targets: list[str]) -> bytes:
     return page_bytes(status_with_display(board), telemetry_path, targets)
 
@@ -378,6 +417,7 @@ exporter · <span data-g="updated">{esc(status['display']['text']['updated'])}</
 <span class="live-off">reloads every {REFRESH_SECONDS} s</span><span class="live-on">live,
 every {POLL_SECONDS} s</span><span class="stale" data-g="stale"></span></p></header>
 <main>
+{pools_section(status["pools"])}
 {sections}
 {host_html}
 </main>
@@ -397,8 +437,10 @@ HTTP SD)</a> · <a href="/api/v1/status">Status as JSON</a></p>
 
 def stylesheet() -> bytes:
     states = "\n".join(
-        f'.server[data-state="{name}"] {{ --state: {colour}; }}'
-        for name, colour in STATE_COLOURS.items())
+        [f'.server[data-state="{name}"] {{ --state: {colour}; }}'
+         for name, colour in STATE_COLOURS.items()]
+        + [f'.pool[data-state="{name}"] {{ --state: {colour}; }}'
+           for name, colour in PD_STATE_COLOURS.items()])
     return (_CSS + states + "\n").encode()
 
 
@@ -423,7 +465,16 @@ html[data-live] .live-off { display: none; }
 .verdict { margin: 6px 0 0; font-size: 15px; }
 .badge { display: inline-block; background: var(--state, #999); color: #fff; font-weight: 600;
   border-radius: 4px; padding: 1px 8px; margin-right: 6px; }
-.server[data-state="idle"] .badge { color: var(--ink); }
+.server[data-state="idle"] .badge, .pool[data-state="idle"] .badge { color: var(--ink); }
+.pools { margin: 0 0 14px; }
+.pools h2 { font-size: 15px; margin: 0 0 2px; }
+.pool { background: var(--card); border: 1px solid var(--line);
+  border-left: 6px solid var(--state, #999); border-radius: 6px; margin: 6px 0 0;
+  padding: 8px 12px; }
+.pool h3 { font-size: 15px; margin: 0; }
+ul.members { margin-top: 4px; }
+.role { display: inline-block; border: 1px solid var(--line); border-radius: 4px;
+  padding: 0 6px; margin-left: 8px; font-size: 12px; font-weight: normal; }
 .asof { margin: 2px 0 0; }
 .server[data-state="unavailable"] .blocks { display: none; }
 .server .down { display: none; }
@@ -502,6 +553,12 @@ SCRIPT = f"""// The glance page, live: /api/v1/status every {POLL_SECONDS} s, wr
       if (!section || section.getAttribute("data-server") !== server.server) return;
       section.setAttribute("data-state", server.state);
       fill(section, server.display);
+    }});
+    (status.pools || []).forEach(function (pool, i) {{
+      var section = document.getElementById("pool-" + i);
+      if (!section || section.getAttribute("data-pool") !== pool.pool) return;
+      section.setAttribute("data-state", pool.state);
+      fill(section, pool.display);
     }});
     document.querySelectorAll("[data-g]").forEach(function (el) {{
       var key = el.getAttribute("data-g");

@@ -21,6 +21,7 @@ from sglang_obs.exporter.derived import Derived
 from sglang_obs.exporter.nvml import GpuReading, NvmlReading
 from sglang_obs.exporter.poller import PollSettings, Snapshot, TargetPoller
 from sglang_obs.exporter.queue_run import QueueRunState
+from sglang_obs.exporter.sglang_api import PD_QUEUES, PdLoad, ServerConfig
 from sglang_obs.exporter.status import (
     PRIORITY,
     Classification,
@@ -344,12 +345,18 @@ def test_a_simulated_server_shows_its_numbers_but_no_launch_command_or_prompt():
 def test_json_fields_are_documented():
     board = StatusBoard(C)
     board.add("s:1").observe(0.0, snapshot())
+    for server, mode in (("p:1", "prefill"), ("d:1", "decode")):  # a pool of each role
+        board.add(server).observe(0.0, replace(
+            snapshot(server=server), config=ServerConfig(disaggregation_mode=mode),
+            pd=PdLoad(mode, {queue: 1.0 for queue, _ in PD_QUEUES[mode]})))
     status = json.loads(status_json(board))
     doc = (ROOT / "docs" / "glance.md").read_text()
     names = set(status)
-    for key, value in status["servers"][0].items():  # a block's fields as block.field
-        names |= ({f"{key}.{sub}" for sub in value} if isinstance(value, dict)
-                  and key != "display" else {key})
+    assert len(status["pools"]) == 2
+    for entry in (*status["servers"], *status["pools"]):
+        for key, value in entry.items():  # a block's fields as block.field
+            names |= ({f"{key}.{sub}" for sub in value} if isinstance(value, dict)
+                      and key != "display" else {key})
     missing = sorted(n for n in names if f"`{n}`" not in doc)
     assert not missing, f"docs/glance.md does not describe: {missing}"
 
