@@ -56,6 +56,15 @@ UIDS = {
     "sglang-server.json": "sglang-server",
     "sglang-exporter.json": "sglang-exporter",
     "sglang-fleet.json": "sglang-fleet",
+    "sglang-pd.json": "sglang-pd",
+    "sglang-gateway.json": "sglang-gateway",
+}
+# A prefill/decode deployment's dashboards (docs/pd.md) read recorded series of one cluster
+# (cluster, pool, instance and role; no job or model) and the gateway's own: only the cluster
+# selects, so the template-job/instance rules do not apply (an exclusion with its reason).
+DEPLOYMENT_DASHBOARDS = {
+    "sglang-pd.json": "per-cluster and per-pool recorded series",
+    "sglang-gateway.json": "the gateway's series and per-cluster recorded series",
 }
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -76,6 +85,15 @@ SHIPPER_METRICS = {
     "vm_persistentqueue_bytes_dropped_total": "what vmagent dropped from it",
     "vmagent_remotewrite_rows_pushed_after_relabel_total": "samples vmagent sent",
     "process_resident_memory_bytes": "the shipper's RSS",
+}
+# The model gateway's own series (lightseekorg/smg metrics.rs; docs/pd.md's table), scraped as
+# thresholds.yml selectors.gateway_job; tests/test_pd_dashboards.py checks docs/pd.md names each.
+GATEWAY_METRICS = {
+    "smg_worker_requests_active": "requests in flight per worker",
+    "smg_worker_health": "the gateway's health check per worker",
+    "smg_worker_cb_state": "circuit breaker state per worker",
+    "smg_worker_cb_transitions_total": "circuit breaker transitions per worker",
+    "smg_pd_ttft_seconds_bucket": "the gateway's end-to-end PD TTFT histogram",
 }
 # The SGLang series the dashboards read (sglang: spelling; prometheus.yml renames sglang_ back).
 # Each must appear in tests/fixtures/sglang/metrics_0.5.23_tp4.prom or the simulator's exposition.
@@ -338,8 +356,10 @@ def test_variables(name):
     assert (first["name"], first["type"], first["query"]) == (
         "datasource", "datasource", "prometheus"), "the first variable must be the datasource"
     by_name = {v["name"]: v for v in variables}
-    for required in ("job", "instance", "model_name"):  # template-job/instance rules
-        assert by_name[required]["type"] == "query", required
+    required = (("cluster",) if name in DEPLOYMENT_DASHBOARDS
+                else ("job", "instance", "model_name"))  # template-job/instance rules
+    for variable_name in required:
+        assert by_name[variable_name]["type"] == "query", variable_name
     for variable in variables[1:]:
         assert variable["datasource"] == DS, variable["name"]
         assert variable["query"].startswith("label_values("), variable["name"]
@@ -445,7 +465,7 @@ def test_target(name, panel, target):
 # -- metric names ------------------------------------------------------------------------------
 def test_metric_names_exist():
     known = (catalogue_names() | recorded_names() | SGLANG_METRICS | set(PROMETHEUS_BUILTINS)
-             | set(SHIPPER_METRICS))
+             | set(SHIPPER_METRICS) | set(GATEWAY_METRICS))
     unknown, underscore = [], []
     for where, expr in _all_exprs():
         for name in metric_names(expr):

@@ -48,7 +48,7 @@ from grafanalib.core import (
 
 from sglang_obs.core import quantities
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
-from sglang_obs.core.states import STATE_COLOURS, STATES
+from sglang_obs.core.states import PD_STATE_COLOURS, PD_STATES, STATE_COLOURS, STATES
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,6 +62,9 @@ ALERTS = THRESHOLDS["alerts"]
 EXPORTER_JOB = THRESHOLDS["selectors"]["exporter_job"]
 SGLANG_JOB = THRESHOLDS["selectors"]["sglang_job"]
 SHIPPER_JOB = THRESHOLDS["selectors"]["shipper_job"]
+GATEWAY_JOB = THRESHOLDS["selectors"]["gateway_job"]
+# A prefill/decode deployment's states (docs/pd.md), read by its dashboards' lines.
+PD = THRESHOLDS["pd"]
 
 SCHEMA_VERSION = 39  # Grafana 10.4+; 11 and 12 import it without a migration step
 TAG = "sglang"
@@ -85,6 +88,11 @@ IM = f'{WHERE}, instance=~"$instance", model_name=~"$model_name"'
 GPU_ALL = f'{WHERE}, job="{EXPORTER_JOB}"'
 GPU = f'{WHERE}, job="{EXPORTER_JOB}", instance=~"$exporter", gpu=~"$gpu"'
 EXPORTER_SELF = f'{WHERE}, job="{EXPORTER_JOB}", instance=~"$exporter"'
+# A prefill/decode deployment (docs/pd.md): one per cluster, behind one gateway. Its recorded
+# series carry `cluster` (and `pool`, or `instance` and `role`), no host, job or model.
+DEPLOYMENT = 'cluster=~"$cluster"'
+# The gateway's own series (smg_*, scraped as its own job).
+GATEWAY = f'{DEPLOYMENT}, job="{GATEWAY_JOB}"'
 
 # -- units (formatunits names where grafanalib has them; CELSUIS is misspelt there) -----------
 SECONDS = "s"
@@ -100,6 +108,7 @@ NONE = "none"
 TOKENS = "count:tok"
 TOKENS_PER_S = "count:tok/s"
 DATE = "dateTimeAsIso"
+BYTES_PER_S = "Bps"
 
 # -- state classification ----------------------------------------------------------------------
 # The states' own colours (sglang_obs.core.states), so that Grafana, render-dashboard and snapshot
@@ -118,12 +127,28 @@ def state_mappings() -> list:
     return value_mappings((code, name, STATE_COLORS[name]) for code, name in enumerate(STATES))
 
 
+# A PD deployment's and its pools' states (sglang_obs.core.states.PD_STATES, code = index).
+PD_STATE_COLORS = dict(PD_STATE_COLOURS)
+assert set(PD_STATE_COLORS) == set(PD_STATES), "a PD state without a colour (or a stale one)"
+
+
+def pd_state_mappings() -> list:
+    return value_mappings((code, name, PD_STATE_COLORS[name])
+                          for code, name in enumerate(PD_STATES))
+
+
 def no_traffic(text: str = "No traffic") -> dict:
     return {"type": "special", "options": {"match": "null+nan", "result": {"text": text}}}
 
 
 UP_DOWN = value_mappings(((0, "down", "red"), (1, "up", "green")))
 YES_NO = value_mappings(((0, "no", "green"), (1, "yes", "red")))
+# The gateway's smg_worker_health and smg_worker_cb_state (docs/pd.md); -1 while a removed
+# worker's series lingers.
+HEALTHY_UNHEALTHY = value_mappings(((0, "unhealthy", "red"), (1, "healthy", "green")))
+BREAKER_STATES = value_mappings(((-1, "removed", STATE_COLORS["unavailable"]),
+                                 (0, "closed", "green"), (1, "open", "red"),
+                                 (2, "half_open", "orange")))
 
 
 # -- thresholds --------------------------------------------------------------------------------
@@ -443,9 +468,26 @@ GPU_VAR = query_variable(
     "gpu", "GPU",
     f'label_values(sglang_obs_gpu_info{{{WHERE}, job="{EXPORTER_JOB}", instance=~"$exporter"}}, '
     'gpu)')
+# A PD deployment's dashboards select only the cluster: the gateway's job counts as well.
+DEPLOYMENT_CLUSTER = query_variable(
+    "cluster", "Cluster",
+    f'label_values(up{{job=~"{SGLANG_JOB}|{EXPORTER_JOB}|{GATEWAY_JOB}"}}, cluster)')
 
 LINKS = [DashboardLink(title="SGLang dashboards", type="dashboards", tags=[TAG], asDropdown=True,
                        keepTime=True, includeVars=True, targetBlank=False)]
+
+
+def data_links(uid: str, title: str, labels: Sequence[str] = ("cluster",)) -> list[dict]:
+    """A data link to dashboard `uid` with the clicked series' `labels` as its variables, on
+    the same time range."""
+    variables = "".join(f"var-{label}=${{__field.labels.{label}}}&" for label in labels)
+    return [{"title": title, "url": f"/d/{uid}?{variables}${{__url_time_range}}"}]
+
+
+def linked(panel: Panel, links: list[dict]) -> Panel:
+    """`panel` with data links on every series (timeseries, stat, state timeline)."""
+    panel.extraJson["fieldConfig"]["defaults"]["links"] = links
+    return panel
 
 
 # -- dashboard ---------------------------------------------------------------------------------
