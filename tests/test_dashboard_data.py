@@ -1,6 +1,7 @@
 """Every panel of every generated dashboard returns data from a real Prometheus backfilled
 with simulator scenarios (raw and recorded series, as if it had watched them happen)."""
 
+import importlib.util
 import json
 import math
 
@@ -31,6 +32,13 @@ NOT_SIMULATED = {
 }
 
 
+# Dashboards of a prefill/decode deployment (docs/pd.md) show data only on a PD render: each is
+# checked on its scenario alone, skipped until the simulator has a PD render.
+PD_SCENARIOS = {"sglang-pd": "pd-healthy", "sglang-gateway": "pd-healthy"}
+PD_RENDER = importlib.util.find_spec("sglang_obs.simulator.pd_render") is not None
+NO_PD_RENDER = "no PD simulator render yet (sglang_obs.simulator.pd_render.render_pd)"
+
+
 def has_data(result):
     return any(not math.isnan(float(v)) for series in result for _, v in series["values"])
 
@@ -40,8 +48,11 @@ SCENARIOS = ("long-context-incident", *sorted(set(EVENT_ONLY.values())))
 RELEASE = "0.5.23"
 
 
-def targets():
+def targets(pd: bool = False):
+    """Every target of the unified-server dashboards, or with `pd` of the PD ones."""
     for path in DASHBOARDS:
+        if (path.stem in PD_SCENARIOS) != pd:
+            continue
         dashboard = json.loads(path.read_text())
         for panel in panels(dashboard):
             for target in panel["targets"]:
@@ -64,6 +75,28 @@ def results(backfilled):
     return out
 
 
+@pytest.fixture(scope="module")
+def pd_results(backfilled):
+    """Every PD dashboard target on its PD scenario."""
+    out = {}
+    for name in sorted(set(PD_SCENARIOS.values())):
+        b, url = backfilled(name, release=RELEASE)
+        for param in targets(pd=True):
+            _, _, expr = param.values
+            out[(name, expr)] = has_data(
+                query_range(url, substitute(expr, b.end - b.start, b.step), b.start, b.end,
+                            step=60))
+    return out
+
+
+@pytest.mark.slow  # backfills a PD scenario into a real Prometheus TSDB
+@pytest.mark.skipif(not PD_RENDER, reason=NO_PD_RENDER)
+@pytest.mark.parametrize(("dashboard", "title", "expr"), list(targets(pd=True)))
+def test_every_pd_panel_shows_data(pd_results, dashboard, title, expr):
+    scenario = PD_SCENARIOS[dashboard]
+    assert pd_results[(scenario, expr)], f"{dashboard} / {title}: no data on {scenario}"
+
+
 @pytest.mark.slow  # backfills four scenarios into real Prometheus TSDBs
 @pytest.mark.parametrize(("dashboard", "title", "expr"), list(targets()))
 def test_every_panel_shows_data_on_the_seed_000_incident(results, dashboard, title, expr):
@@ -78,5 +111,7 @@ def test_every_panel_shows_data_on_the_seed_000_incident(results, dashboard, tit
 
 
 def test_dashboards_were_found():
-    assert len(DASHBOARDS) == 7
+    assert len(DASHBOARDS) == 9
     assert sum(1 for _ in targets()) > 100
+    assert {path.stem for path in DASHBOARDS} >= set(PD_SCENARIOS)
+    assert sum(1 for _ in targets(pd=True)) > 30
