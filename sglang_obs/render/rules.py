@@ -21,8 +21,9 @@ import yaml
 
 from sglang_obs.core import quantities, settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
-from sglang_obs.core.states import STATES
+from sglang_obs.core.states import PD_PRIORITY, PD_STATES, STATES
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
+from sglang_obs.render import pd_rules
 
 # The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
 # (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
@@ -215,7 +216,38 @@ def recording_groups(t: dict) -> list[Group]:
         "divide a new server's 8 minutes of requests by 60 minutes."))
     return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
             Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
-            state_group(t), request_group(t)]
+            state_group(t), request_group(t), pd_group(t)]
+
+
+def pd_group(t: dict) -> Group:
+    """The PD deployment's signals and states (pd_rules.py), after the per-server states they
+    read."""
+    return Group("sglang-pd.rules", "sglang.rules.yml", tuple(
+        Record(name, expr, why)
+        for name, expr, why in pd_rules.signal_records(t) + pd_rules.state_records(t)))
+
+
+def pd_alerts(t: dict) -> tuple[Alert, ...]:
+    """One alert per slow state of a PD deployment, keyed by cluster: the deployment's one
+    notification (Alertmanager groups by cluster and instance; these have no instance)."""
+    cond = pd_rules.conditions(t)
+    out = []
+    for state, name in pd_rules.ALERTS.items():
+        summary, first, why = pd_rules.ALERT_TEXT[state]
+        code = PD_STATES.index(state)
+        before = PD_PRIORITY[1:PD_PRIORITY.index(state)]
+        out.append(Alert(
+            name, f"{pd_rules.VALUE[state]}\nand on (cluster) ({pd_rules.CLUSTER_CODE} == {code})",
+            why, severity="warning", for_=t["sustain"][state],
+            keep_firing_for=t["sustain"]["keep_firing_for"],
+            summary=summary,
+            description="The PD deployment{{ with $labels.cluster }} of cluster {{ . }}{{ end }} "
+                        f"is in state {state}: {first}" + pd_rules.quotes() + ".",
+            fires_when=f"the PD deployment's verdict is `{state}`: {cond[state][1]}"
+                       + (f"; and none of {', '.join(f'`{k}`' for k in before)} (they come "
+                          "first)" if before else ""),
+            dashboard="sglang-pd"))
+    return tuple(out)
 
 
 def state_classes(t: dict) -> tuple[StateClass, ...]:
@@ -289,7 +321,8 @@ def explained(t: dict, window: str | None = None) -> str:
     or held within the window (its state alert is the notification)."""
     w = window or t["symptom_explained_window"]
     return ("unless on (cluster, instance) "
-            f"(max_over_time(instance:sglang_saturated:bool[{w}]) == 1)")
+            f"(max_over_time(instance:sglang_saturated:bool[{w}]) == 1\n"
+            f"  or max_over_time(instance:sglang_pd_explained:bool[{w}]) == 1)")
 
 
 def state_group(t: dict) -> Group:
@@ -534,7 +567,9 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
         # keep_firing_for absorbs, empties the window for longer than keep_firing_for, and the
         # alert resolves in the middle of the incident and pages again.
         code = STATES.index(state)
-        expr = f"{signal} and on (cluster, instance) (instance:sglang_state:code == {code})"
+        # A PD server's saturation is its pool's (the PD alerts): not its own notification.
+        expr = (f"{signal} and on (cluster, instance) (instance:sglang_state:code == {code})\n"
+                f"unless on (cluster, instance) {pd_rules.ROLE_INFO}")
         held = _seconds(sustain[state]) - step
         if held <= 0:
             return expr
@@ -901,6 +936,7 @@ def alert_groups(t: dict) -> list[Group]:
     return [Group("sglang-availability.alerts", "sglang.alerts.yml", availability_alerts(t)),
             Group("sglang-saturation.alerts", "sglang.alerts.yml", saturation_alerts(t)),
             Group("sglang-slo.alerts", "sglang.alerts.yml", slo_alerts(t)),
+            Group("sglang-pd.alerts", "sglang.alerts.yml", pd_alerts(t)),
             Group("gpu.alerts", "gpu.alerts.yml", gpu_alerts(t)),
             Group("meta.alerts", "gpu.alerts.yml", META_ALERTS),
             Group("fleet.alerts", "fleet.alerts.yml", fleet_alerts(t))]

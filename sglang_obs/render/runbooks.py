@@ -2,6 +2,7 @@
 them): every number the runbook quotes from prometheus/thresholds.yml or from an alert rule.
 
 - `states`: the state classification, in priority order, with its thresholds;
+- `pd-states`: the same for a prefill/decode deployment's states;
 - `traffic-floors`: below which traffic the SLO, error and cache alerts stay silent;
 - `slo:KEY`: each SLO's target and error budget;
 - `xid-tiers`: which Xid codes page (alerts.gpu_xid_critical) and what the others mean;
@@ -14,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglang_obs.core.doc_blocks import DocBlockError, replace_blocks
-from sglang_obs.core.states import STATES
-from sglang_obs.render import rules
+from sglang_obs.core.states import PD_PRIORITY, PD_STATE_POOL, PD_STATES, STATES
+from sglang_obs.render import pd_rules, rules
 
 BUDGET_DAYS = 30  # the SLO period the burn factors are defined against
 
@@ -44,6 +45,20 @@ def state_table(t: dict) -> str:
     lines = ["| priority | code | state | condition |", "|---|---|---|---|"]
     for priority, k in enumerate(rules.state_classes(t), 1):
         lines.append(f"| {priority} | {STATES.index(k.state)} | `{k.state}` | {k.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def pd_state_table(t: dict) -> str:
+    """The PD deployment's states in priority order, each with its pool and its condition."""
+    cond = pd_rules.conditions(t)
+    words = {"unavailable": "no server of the deployment answers",
+             "idle": "nothing running, nothing waiting in either pool",
+             "healthy": "a server answers and none of the above"}
+    lines = ["| priority | code | state | pool | condition |", "|---|---|---|---|---|"]
+    for priority, k in enumerate(PD_PRIORITY, 1):
+        text = cond[k][1] if k in cond else words[k]
+        lines.append(f"| {priority} | {PD_STATES.index(k)} | `{k}` | "
+                     f"{PD_STATE_POOL.get(k, 'all')} | {text} |")
     return "\n".join(lines) + "\n"
 
 
@@ -100,6 +115,7 @@ def blocks(t: dict) -> dict[str, str]:
         by_name.setdefault(a.name, []).append(a)
     return {
         "states": state_table(t),
+        "pd-states": pd_state_table(t),
         "traffic-floors": traffic_floors(t),
         **{f"slo:{slo.key}": slo_target(t, slo) for slo in rules.SLOS},
         "xid-tiers": xid_tiers(t),
