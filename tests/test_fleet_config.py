@@ -49,7 +49,7 @@ def test_shipper_jobs_are_prometheus_yml_jobs_with_only_the_identity_added(flavo
         # exactly prometheus.yml's relabelling, after the two identity rules
         assert job["relabel_configs"][:2] == shipper.identity_relabel("c1", "h1")
         assert job["relabel_configs"][2:] == original.get("relabel_configs", [])
-        assert job["metric_relabel_configs"] == original["metric_relabel_configs"]
+        assert job.get("metric_relabel_configs") == original.get("metric_relabel_configs")
         dropped = set(shipper.VMAGENT_UNSUPPORTED) if flavour == "vmagent" else set()
         for key, value in original.items():
             if key in ("relabel_configs", "http_sd_configs") or key in dropped:
@@ -57,6 +57,18 @@ def test_shipper_jobs_are_prometheus_yml_jobs_with_only_the_identity_added(flavo
             assert job[key] == value, (name, key)
         assert set(job) - set(original) <= {"relabel_configs"}
     assert config["global"]["scrape_interval"] == PROM["global"]["scrape_interval"]
+
+
+def test_the_hosts_jobs_are_the_selectors_jobs():
+    """A host ships SGLang, its exporter and a PD gateway, by the job names the rules select on
+    (thresholds.yml `selectors:`); the gateway's job discovers by DNS, so a host without a
+    gateway ships no target for it (and no `up` series)."""
+    selectors = S.selectors
+    named = (selectors["sglang_job"], selectors["exporter_job"], selectors["gateway_job"])
+    assert named == shipper.HOST_JOBS
+    gateway = _jobs(PROM)[selectors["gateway_job"]]
+    assert "static_configs" not in gateway
+    assert [sd["type"] for sd in gateway["dns_sd_configs"]] == ["A"]
 
 
 def test_the_flags_carry_the_limits_vmagent_cannot_parse_with_the_same_values():

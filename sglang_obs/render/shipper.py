@@ -1,8 +1,8 @@
 """Generates the fleet's per-host shipper configuration from prometheus/prometheus.yml.
 
 prometheus.yml is the single source of the scrape jobs: the shipper on an inference host (vmagent,
-or Prometheus in agent mode) scrapes SGLang and the exporter with exactly its jobs — the same
-targets, intervals, limits and relabelling — and only adds three things:
+or Prometheus in agent mode) scrapes SGLang, the exporter and a PD gateway with exactly its jobs —
+the same targets, intervals, limits and relabelling — and only adds three things:
 
 - `cluster` and `host` target labels on every job (the first relabel_configs entries). The
   exporter job's metric relabelling sets `host` to the exporter's address only when the target
@@ -42,8 +42,10 @@ PROMETHEUS_CENTRAL_YML = FLEET_DIR / "prometheus-central.yml"
 CENTRAL_ADDRESSES = {"victoria-metrics": "victoriametrics:8428", "vmalert": "vmalert:8880",
                      "alertmanager": "alertmanager:9093"}
 
-# The jobs a host ships (the rest of prometheus.yml scrapes the central side's own parts).
-HOST_JOBS = ("sglang", "sglang-obs")
+# The jobs a host ships (the rest of prometheus.yml scrapes the central side's own parts):
+# thresholds.yml's sglang_job, exporter_job and gateway_job (a test keeps them equal). The
+# gateway's job finds its target by DNS: on a host without a gateway it has none.
+HOST_JOBS = ("sglang", "sglang-obs", "smg")
 SHIPPER_JOB = "shipper"
 VMAGENT_ADDRESS = "vmagent:8429"         # compose service name; the native runner rewrites it
 AGENT_ADDRESS = "localhost:9090"
