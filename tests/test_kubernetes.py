@@ -61,6 +61,7 @@ BASE = K8S / "base"
 KPS = K8S / "overlays" / "kube-prometheus-stack"
 EXAMPLE = K8S / "overlays" / "example"
 GPU_PROCESSES = K8S / "components" / "gpu-processes"
+GATEWAY_POLICY = K8S / "components" / "gateway-networkpolicy"
 KUBERNETES_VERSION = "1.31.0"  # kubernetes-validate's schemas (constraints.txt pins 1.31.0)
 PROMETHEUS_YML = ROOT / "prometheus" / "prometheus.yml"
 ALERTMANAGER_YML = ROOT / "alertmanager" / "alertmanager.yml"
@@ -98,16 +99,19 @@ def kps_objects() -> list[dict]:
     return build(KPS)
 
 
-def example_objects(with_gpu_processes: bool = False) -> list[dict]:
-    extra = (Path("../../components/gpu-processes"),) if with_gpu_processes else ()
+def example_objects(with_gpu_processes: bool = False, with_gateway_policy: bool = False
+                    ) -> list[dict]:
+    extra = ((Path("../../components/gpu-processes"),) if with_gpu_processes else ()) + (
+        (Path("../../components/gateway-networkpolicy"),) if with_gateway_policy else ())
     return build(EXAMPLE, extra)
 
 
 def every_object() -> list[dict]:
-    """Everything `kubectl apply -k` would send, from both overlays and the opt-in component,
+    """Everything `kubectl apply -k` would send, from both overlays and the opt-in components,
     plus the example Secret."""
     secret = load_all(KPS / "receivers-secret.example.yaml")
-    return kps_objects() + example_objects() + example_objects(True) + secret
+    return (kps_objects() + example_objects() + example_objects(True)
+            + example_objects(with_gateway_policy=True) + secret)
 
 
 def by_kind(objects, kind) -> list[dict]:
@@ -282,6 +286,9 @@ SAMPLES = [  # label sets a scrape can return, to compare the two relabellings o
 @pytest.mark.parametrize("name", sorted(kubernetes.job_ports(S.selectors)))
 def test_podmonitor_metric_relabelings_do_what_prometheus_yml_does(name):
     job, [endpoint] = jobs()[name], pod_monitors()[name]["spec"]["podMetricsEndpoints"]
+    if not job.get("metric_relabel_configs"):  # the gateway's: its series are stored as scraped
+        assert "metricRelabelings" not in endpoint
+        return
     assert endpoint.get("metricRelabelings"), "prometheus.yml's job relabels its series"
     for sample in SAMPLES:
         sample = {k: v for k, v in sample.items() if v}
@@ -295,7 +302,9 @@ def test_podmonitor_metric_relabelings_do_what_prometheus_yml_does(name):
 def test_the_podmonitors_set_the_job_the_rules_select_on():
     selectors = load(ROOT / "prometheus" / "thresholds.yml")["selectors"]
     assert set(kubernetes.job_ports(S.selectors)) == {selectors["sglang_job"],
-                                                      selectors["exporter_job"]}
+                                                      selectors["exporter_job"],
+                                                      selectors["gateway_job"]}
+    assert set(pod_monitors()) == set(kubernetes.job_ports(S.selectors))
     for name, pm in pod_monitors().items():
         assert {"targetLabel": "job", "replacement": name} in (
             pm["spec"]["podMetricsEndpoints"][0]["relabelings"])
@@ -350,6 +359,46 @@ def test_sglangs_endpoint_label_survives_and_would_not_without_the_labeldrop():
     assert stored["exported_endpoint"] == "/v1/chat/completions"
 
 
+# A router pod of smg's Helm chart (lightseekorg/smg deploy/helm/smg 1.9.0,
+# templates/deployment-router.yaml and _helpers.tpl): its selector labels, component "router",
+# ports "http" (router.port) and "metrics" (router.metrics.port); the chart's worker pods share
+# the name label with component "worker".
+def gateway_pod(component: str = "router", name_label: str = "smg") -> Pod:
+    labels = {"app.kubernetes.io/name": name_label, "app.kubernetes.io/instance": "pd",
+              "app.kubernetes.io/component": component}
+    ports = ([{"name": "http", "containerPort": 30000}, {"name": "metrics",
+                                                        "containerPort": 29000}]
+             if component == "router" else [{"name": "http", "containerPort": 30000}])
+    return Pod("inference", f"pd-smg-{component}-6d8f9c7b5-x2k4q", "10.42.7.3", "cpu-node-1",
+               labels, [{"name": component, "ports": ports}])
+
+
+def test_the_gateway_podmonitor_scrapes_the_charts_router_pods_only():
+    pm = pod_monitors()[S.selectors["gateway_job"]]
+    assert pm["spec"]["selector"]["matchLabels"] == kubernetes.GATEWAY_POD_LABELS
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert the_target(pm, gateway_pod()) == {
+        "namespace": "inference", "container": "router", "pod": "pd-smg-router-6d8f9c7b5-x2k4q",
+        "job": S.selectors["gateway_job"], "instance": "10.42.7.3:29000"}
+    assert targets(pm, gateway_pod("worker")) == []  # the chart's engines: the sglang job's
+    assert targets(pm, gateway_pod(name_label="gw")) == []  # nameOverride: docs say so
+    for name in (S.selectors["sglang_job"], S.selectors["exporter_job"]):
+        assert targets(pod_monitors()[name], gateway_pod()) == []
+    assert targets(pm, example_pod(*EXAMPLE_POD)) == []
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    for key, value in kubernetes.GATEWAY_POD_LABELS.items():
+        assert f"{key}: {value}" in docs, (key, value)
+
+
+def test_the_gateways_endpoint_label_survives():
+    pm = pod_monitors()[S.selectors["gateway_job"]]
+    endpoint = pm["spec"]["podMetricsEndpoints"][0]
+    sample = {"__name__": "smg_router_requests_total", "endpoint": "chat", "model": "m"}
+    stored = scrape(the_target(pm, gateway_pod()), sample, endpoint)
+    assert stored["endpoint"] == "chat"
+    assert "exported_endpoint" not in stored
+
+
 def golden_label_names(path: Path) -> set[str]:
     text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
     return set(re.findall(r'[{,]\s*([A-Za-z_][A-Za-z0-9_]*)="', text))
@@ -375,9 +424,28 @@ def test_the_exporter_never_emits_namespace_pod_or_cluster():
     assert not labels & {"namespace", "pod", "cluster", "job", "instance", "host", "node"}
 
 
+def gateway_label_names() -> set[str]:
+    """The labels of the gateway's series, from docs/pd.md's table (verified there against
+    smg's model_gateway/src/observability/metrics.rs): `…` continues the row above."""
+    names: set[str] = set()
+    for line in (ROOT / "docs" / "pd.md").read_text().splitlines():
+        if line.startswith("| `smg_"):  # | family | type | labels, (values) and **remarks** |
+            labels = re.sub(r"\([^)]*\)|\*\*[^*]*\*\*", "", line.split("|")[3])
+            names |= {part.strip() for part in re.split(r"[,:]", labels)
+                      if re.fullmatch(r"[a-z_]+", part.strip())}
+    return names
+
+
+def test_the_gateways_labels_are_read_from_docs_pd_md():
+    labels = gateway_label_names()
+    assert {"worker", "endpoint", "model", "worker_type", "dp_rank", "error_type"} <= labels
+    assert not labels & {"pd", "prefill", "decode", "no_workers"}  # values, not labels
+
+
 def test_every_target_label_the_scraped_side_also_emits_is_dropped_from_the_target():
-    for name, emitted in (("sglang", sglang_label_names()),
-                          ("sglang-obs", exporter_label_names())):
+    for name, emitted in ((S.selectors["sglang_job"], sglang_label_names()),
+                          (S.selectors["exporter_job"], exporter_label_names()),
+                          (S.selectors["gateway_job"], gateway_label_names())):
         drops = [r["regex"] for r in pod_monitors()[name]["spec"]["podMetricsEndpoints"][0][
             "relabelings"] if r.get("action") == "labeldrop"]
         clash = emitted & set(kubernetes.OPERATOR_TARGET_LABELS)
@@ -672,7 +740,8 @@ def test_kustomizations_list_every_file_and_every_listed_file_exists():
         if spec["kind"] == "Component":
             assert spec["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
     components = {p.parent for p in K8S.glob("components/*/kustomization.yaml")}
-    used = {p for folder in folders for p in listed_files(folder)} | {GPU_PROCESSES}
+    used = {p for folder in folders for p in listed_files(folder)} | {GPU_PROCESSES,
+                                                                       GATEWAY_POLICY}
     assert components <= used, "a component no overlay lists and no test builds"
 
 
@@ -777,9 +846,11 @@ def test_the_example_deployment_is_wired_to_the_podmonitors():
     objects, pms = example_objects(), pod_monitors()
     deployment = one(objects, "Deployment")
     template = deployment["spec"]["template"]
-    for pm in pms.values():  # the pods carry the label both monitors select
-        for key, value in pm["spec"]["selector"]["matchLabels"].items():
-            assert template["metadata"]["labels"][key] == value
+    for name in (S.selectors["sglang_job"], S.selectors["exporter_job"]):
+        for key, value in pms[name]["spec"]["selector"]["matchLabels"].items():
+            assert template["metadata"]["labels"][key] == value  # both SGLang monitors find it
+    gateway = pms[S.selectors["gateway_job"]]["spec"]["selector"]["matchLabels"]
+    assert not gateway.items() <= template["metadata"]["labels"].items()  # not a gateway
     sglang, exporter = template["spec"]["containers"]
     command = " ".join(sglang["command"] + sglang["args"])
     assert "--enable-metrics" in command
@@ -851,7 +922,8 @@ HTTPS = ("TCP", 443)
 def builds() -> dict[str, list[dict]]:
     """What `kubectl apply -k` sends for each overlay (and with the opt-in component)."""
     return {"kube-prometheus-stack": kps_objects(), "example": example_objects(),
-            "example+gpu-processes": example_objects(True)}
+            "example+gpu-processes": example_objects(True),
+            "example+gateway-networkpolicy": example_objects(with_gateway_policy=True)}
 
 
 def workloads(objects) -> list[dict]:
@@ -986,6 +1058,29 @@ def test_egress_is_dns_the_sidecars_poll_and_the_model_download_only():
     assert env(exporter)["SGLANG_OBS_SGLANG_URL"].startswith("http://$(POD_IP):")
 
 
+def test_the_gateway_policy_admits_prometheus_to_the_podmonitors_port_alone():
+    """The opt-in gateway component: on the pods the smg PodMonitor selects, ingress only (the
+    gateway's clients and egress are the user's policies'), one rule: the Prometheus peer to
+    the PodMonitor's port."""
+    objects = example_objects(with_gateway_policy=True)
+    extra = [p for p in by_kind(objects, "NetworkPolicy")
+             if p not in by_kind(example_objects(), "NetworkPolicy")]
+    [policy] = extra
+    pm = pod_monitors()[S.selectors["gateway_job"]]
+    assert policy["metadata"]["name"] == kubernetes.GATEWAY_NETWORK_POLICY
+    assert policy["metadata"]["namespace"] == kustomization(EXAMPLE)["namespace"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": pm["spec"]["selector"][
+        "matchLabels"]}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert "egress" not in policy["spec"]
+    port = pm["spec"]["podMetricsEndpoints"][0]["port"]
+    assert policy["spec"]["ingress"] == [{"from": [prometheus_peer()],
+                                          "ports": [{"protocol": "TCP", "port": port}]}]
+    router = {"spec": {"template": {"spec": {"containers": gateway_pod().containers}}}}
+    assert rule_ports(policy["spec"]["ingress"][0], router) == {("TCP", 29000)}
+    assert not [w for w in workloads(objects) if selects(policy, w)]  # no pod of ours
+
+
 def test_the_prometheus_selector_is_one_overlay_patch_away(tmp_path):
     """The example overlay names the Prometheus peer once, in a patch of its kustomization:
     another namespace or other pod labels is an edit there."""
@@ -993,12 +1088,13 @@ def test_the_prometheus_selector_is_one_overlay_patch_away(tmp_path):
                if p["target"] == {"kind": "NetworkPolicy"}]
     [op] = yaml.safe_load(patch["patch"])
     assert op["value"] == prometheus_peer()  # the kube-prometheus-stack overlay's namespace
-    for policy in by_kind(example_objects(True), "NetworkPolicy"):
+    for policy in by_kind(example_objects(True, with_gateway_policy=True), "NetworkPolicy"):
         assert policy["spec"]["ingress"][0]["from"] == [prometheus_peer()]
     shutil.copytree(K8S, tmp_path / "deploy" / "kubernetes")
     mine = tmp_path / "deploy" / "kubernetes" / "overlays" / "mine"
     shutil.copytree(EXAMPLE, mine)
     spec = kustomization(mine)
+    spec["components"].append("../../components/gateway-networkpolicy")  # the opt-in one too
     other = {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "observability"}},
              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
                                              "operator.prometheus.io/name": "main"}}}
@@ -1007,7 +1103,7 @@ def test_the_prometheus_selector_is_one_overlay_patch_away(tmp_path):
             p["patch"] = yaml.safe_dump([{**op, "value": other}])
     (mine / "kustomization.yaml").write_text(yaml.safe_dump(spec))
     policies = by_kind(build(mine), "NetworkPolicy")
-    assert len(policies) == 2
+    assert len(policies) == 3
     for policy in policies:
         peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
         assert other in peers
