@@ -137,7 +137,8 @@ def test_every_root_filesystem_is_read_only_with_tmpfs_where_it_writes(service):
     tmpfs = spec.get("tmpfs") or []
     for entry in [tmpfs] if isinstance(tmpfs, str) else tmpfs:
         assert re.fullmatch(r"/[\w/.-]+(:size=\d+[kmg])", entry), (service, entry)
-    if service in ("exporter", "alert-sink", "sglang-sim", "grafana"):  # Python, Grafana: /tmp
+    if service in ("exporter", "alert-sink", "sglang-sim", "sglang-sim-pd",
+                   "grafana"):  # Python, Grafana: /tmp
         assert any(str(e).startswith("/tmp:") for e in tmpfs), f"{service}: no tmpfs /tmp"
 
 
@@ -200,6 +201,7 @@ def test_data_lives_in_named_volumes_so_down_and_up_loses_nothing():
 def test_demo_services_are_behind_the_demo_profile_and_the_gpu_and_socket_are_opt_in():
     svc = services()
     assert svc["sglang-sim"]["profiles"] == ["demo"]
+    assert svc["sglang-sim-pd"]["profiles"] == ["demo-pd"]  # the unified demo stays as it is
     assert "deploy" not in svc["exporter"]
     assert not any("docker.sock" in v for s in svc.values() for v in s.get("volumes", []))
     socket = load("docker-compose.containers.yml")["services"]["exporter"]["volumes"]
@@ -219,11 +221,24 @@ def addresses(text):
     return set(re.findall(r"(?:https?://)?([a-z][a-z0-9-]*):(\d{2,5})", text))
 
 
-def test_every_address_in_the_configs_is_a_compose_service_on_its_port():
+def exposed_ports() -> dict[str, set[str]]:
+    """Each name on the compose network (a service, or a service's network alias) -> the ports
+    its service exposes or publishes (the container side)."""
     svc = services()
     exposed = {name: {str(p).split(":")[-1] for p in s.get("expose", []) + s.get("ports", [])}
                for name, s in svc.items()}
     exposed["prometheus"].add("9090")
+    for name, s in svc.items():
+        networks = s.get("networks") or {}
+        for network in networks.values() if isinstance(networks, dict) else []:
+            for alias in (network or {}).get("aliases", []):
+                assert alias not in svc, f"{name}: alias {alias} is a service's name"
+                exposed.setdefault(alias, set()).update(exposed[name])
+    return exposed
+
+
+def test_every_address_in_the_configs_is_a_compose_service_on_its_port():
+    exposed = exposed_ports()
     configs = [ROOT / "prometheus/prometheus.yml", ROOT / "alertmanager/alertmanager.yml",
                *sorted((ROOT / "grafana/provisioning").rglob("*.yml"))]
     found = set()
@@ -232,9 +247,99 @@ def test_every_address_in_the_configs_is_a_compose_service_on_its_port():
             if host in ("localhost", "host", "https", "http"):
                 continue
             found.add(host)
-            assert host in svc, f"{path.name}: {host} is not a compose service"
+            assert host in exposed, f"{path.name}: {host} is not a compose service or alias"
             assert port in exposed[host], f"{path.name}: {host}:{port} not exposed"
     assert {"exporter", "alertmanager", "alert-sink"} <= found
+
+
+def dns_targets() -> dict[str, set[tuple[str, str]]]:
+    """prometheus.yml's jobs that discover by DNS -> their (name, port) pairs."""
+    prom = load("prometheus/prometheus.yml")
+    return {job["job_name"]: {(name, str(sd["port"])) for sd in job["dns_sd_configs"]
+                              for name in sd["names"]}
+            for job in prom["scrape_configs"] if "dns_sd_configs" in job}
+
+
+def test_every_name_prometheus_resolves_is_on_the_compose_network_with_its_port():
+    """The gateway's job resolves a name; in compose that name exists only while the service
+    that carries it runs (the PD demo), so elsewhere the job has no target at all."""
+    exposed = exposed_ports()
+    jobs = dns_targets()
+    assert set(jobs) == {"smg"}, jobs
+    for job, pairs in jobs.items():
+        for name, port in pairs:
+            assert name in exposed, f"{job}: {name} is not a compose service or alias"
+            assert port in exposed[name], f"{job}: {name}:{port} not exposed"
+            owners = [s for s, spec in services().items() if s == name or name in (
+                ((spec.get("networks") or {}).get("default") or {}).get("aliases", []))]
+            assert owners, name
+            for owner in owners:  # only an opt-in profile brings the name up
+                assert services()[owner].get("profiles"), (job, owner)
+
+
+# -- the PD demo (profile demo-pd) -------------------------------------------------------------
+PD_SERVICE = "sglang-sim-pd"
+PD_ENGINES = 4  # pd-healthy: 2 prefill servers on --port and the next, 2 decode servers above
+
+
+def test_the_pd_demos_engine_count_is_its_scenarios():
+    command = services()[PD_SERVICE]["command"]
+    path = ROOT / "simulator" / "scenarios" / f"{flag(command, '--scenario')}.yaml"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in this checkout")
+    sc = yaml.safe_load(path.read_text())
+    assert sc["prefill"]["count"] + sc["decode"]["count"] == PD_ENGINES
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def pd_demo_command() -> str:
+    """The PD demo's command as docs/simulator.md gives it (one line, `docker compose` last)."""
+    text = (ROOT / "docs/simulator.md").read_text()
+    [line] = [ln for ln in text.splitlines() if "--profile demo-pd up" in ln]
+    return line
+
+
+def test_the_pd_demo_serves_its_engines_and_the_gateway_on_exposed_ports():
+    spec = services()[PD_SERVICE]
+    assert spec["entrypoint"] == ["sglang-sim"]
+    command = spec["command"]
+    assert command[0] == "pd"
+    # The simulated gateway names its workers http://HOST:PORT: the engines' instance (the
+    # exporter's URLs below) only when HOST is the service's name on the compose network.
+    assert flag(command, "--host") == PD_SERVICE
+    assert "--loop" in command
+    first, gateway = int(flag(command, "--port")), flag(command, "--gateway-port")
+    engines = {str(first + i) for i in range(PD_ENGINES)}
+    assert {str(p) for p in spec["expose"]} == engines | {gateway}
+    assert not spec.get("ports"), "the compose network only, as the unified demo"
+    assert f"http://{PD_SERVICE}:{first}/health" in " ".join(spec["healthcheck"]["test"])
+    # Prometheus reaches the simulated gateway by the name and port its smg job resolves.
+    [(name, port)] = dns_targets()["smg"]
+    assert port == gateway
+    assert name in spec["networks"]["default"]["aliases"]
+
+
+def test_the_pd_demos_exporter_watches_exactly_the_simulators_engines():
+    """The exporter reads its servers from SGLANG_URL (default: the unified demo); the PD demo's
+    documented command names the four PD servers there, and turns the unified demo's GPU feed
+    off (the PD simulator serves none)."""
+    exporter = services()["exporter"]["environment"]
+    assert exporter["SGLANG_OBS_SGLANG_URL"].startswith("${SGLANG_URL:-")
+    assert exporter["SGLANG_OBS_COLLECTOR_NVML_SIMULATOR_FEED"].startswith("${GPU_FEED-")
+    line = pd_demo_command()
+    words = line.split()
+    env = dict(w.split("=", 1) for w in words[:words.index("docker")])
+    assert env["GPU_FEED"] == ""
+    assert "GRAFANA_ADMIN_PASSWORD" in env
+    urls = env["SGLANG_URL"].split(",")
+    command = services()[PD_SERVICE]["command"]
+    first, host = int(flag(command, "--port")), flag(command, "--host")
+    assert urls == [f"http://{host}:{first + i}" for i in range(PD_ENGINES)]
+    assert words[words.index("docker"):] == ["docker", "compose", "--profile", "demo-pd", "up",
+                                             "-d"]
 
 
 def test_env_example_documents_every_variable_compose_reads():
