@@ -8,7 +8,7 @@ appearance follow the SGLang reference (§1, §3, §5, §7).
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -140,10 +140,12 @@ MODELLED = frozenset(
 class SimCollector:
     """Yields the simulated server's families; nothing while the server is down."""
 
-    def __init__(self, server_fn: Callable[[], Server], profile: Profile, pid: int | None = None):
+    def __init__(self, server_fn: Callable[[], Server], profile: Profile, pid: int | None = None,
+                 engine_type: str = "unified"):
         self._server_fn = server_fn
         self.profile = profile
         self._pid = str(pid or os.getpid())
+        self.engine_type = engine_type  # "prefill" | "decode" for a PD engine (pd_exposition)
 
     def describe(self):
         return []
@@ -193,7 +195,7 @@ class SimCollector:
         dp = cfg.dp_size > 1
         per_dp = max(cfg.tp_size // cfg.dp_size, 1) if cfg.enable_dp_attention else cfg.tp_size
         tp_rank = (dp_rank or 0) * per_dp + tp_local if cfg.enable_dp_attention else tp_local
-        values = {"model_name": cfg.model_name, "engine_type": "unified",
+        values = {"model_name": cfg.model_name, "engine_type": self.engine_type,
                   "tp_rank": str(tp_rank), "pp_rank": "0", "moe_ep_rank": "0",
                   "dp_rank": str(dp_rank or 0)}
         return {k: values[k] for k in p.scheduler_label_names(dp)}
@@ -288,7 +290,7 @@ class SimCollector:
         if not tk.touched:
             return
         base_names = list(p.tokenizer_label_names())
-        base = {"model_name": cfg.model_name, "engine_type": "unified"}
+        base = {"model_name": cfg.model_name, "engine_type": self.engine_type}
         base_values = [base[n] for n in base_names]
         split = p.streaming_label
 
@@ -364,6 +366,12 @@ class SimCollector:
 
 
 def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histogram) -> None:
-    buckets = [("+Inf" if math.isinf(b) else floatToGoString(b), c)
-               for b, c in hist.cumulative()]
+    bounds = _bound_labels(hist.bounds)
+    buckets = [(b, c) for b, (_, c) in zip(bounds, hist.cumulative(), strict=True)]
     family.add_metric(labels, buckets, hist.sum)
+
+
+@functools.cache
+def _bound_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """The `le` values of a histogram's buckets, +Inf last (written once per bucket set)."""
+    return (*(floatToGoString(b) for b in bounds), "+Inf")

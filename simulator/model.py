@@ -102,6 +102,20 @@ class Request:
     last_token_at: float | None = None
     retracted: int = 0
     recomputed: int = 0  # output tokens to prefill again after a retraction
+    # Prefill/decode disaggregation (simulator/pd.py); all off for a unified server.
+    # kv_ready: a decode server's request, its prompt KV preallocated (Scheduler.held_tokens)
+    # and transferred in: admission moves it into the batch, nothing is prefilled.
+    kv_ready: bool = False
+    # When the server's tokenizer received it, if before `arrival` (the waiting-queue entry):
+    # TTFT and end-to-end latency count from here.
+    received: float | None = None
+    # A prefill server's request: called instead of the tokenizer's finish when its prefill is
+    # done; its KV stays held (Scheduler.held_tokens) until the deployment has sent it.
+    on_done: Callable[[Request, float], None] | None = None
+
+    @property
+    def start(self) -> float:
+        return self.arrival if self.received is None else self.received
 
     @property
     def prompt_len(self) -> int:
@@ -175,7 +189,7 @@ class TokenizerStats:
 
     def first_token(self, req: Request, now: float) -> None:
         self.touched = True
-        self.histogram("ttft", req.streaming).observe(now - req.arrival)
+        self.histogram("ttft", req.streaming).observe(now - req.start)
 
     def finished(self, req: Request, now: float) -> None:
         self.touched = True
@@ -185,7 +199,7 @@ class TokenizerStats:
         self.generation_tokens[s] = self.generation_tokens.get(s, 0) + out
         self.requests[s] = self.requests.get(s, 0) + 1
         self.cached_tokens += req.cached_len
-        self.histogram("e2e", s).observe(now - req.arrival)
+        self.histogram("e2e", s).observe(now - req.start)
         self.histogram("prompt_tokens", s).observe(req.input_len)
         self.histogram("generation_tokens", s).observe(out)
         self.histogram("uncached_prompt_tokens", s).observe(req.input_len - req.cached_len)
@@ -230,6 +244,9 @@ class Scheduler:
         self.running: list[Request] = []
         # Radix-cache tokens of finished requests: free on demand, reused on a prefix hit.
         self.evictable = min(warm_cache_tokens, cfg.max_total_num_tokens)
+        # KV held outside the batch (simulator/pd.py): a prefill server's prompts being sent, a
+        # decode server's preallocations. 0 on a unified server.
+        self.held_tokens = 0
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.reported = Reported()
         self.has_reported = False  # scheduler gauges are lazy: absent before the first report
@@ -254,7 +271,7 @@ class Scheduler:
     # -- pool -----------------------------------------------------------------------------
     @property
     def used_tokens(self) -> int:
-        held = sum(r.kv_tokens for r in self.running)
+        held = sum(r.kv_tokens for r in self.running) + self.held_tokens
         return held + (self.chunked.kv_tokens if self.chunked else 0)
 
     @property
@@ -271,9 +288,11 @@ class Scheduler:
     def waiting_uncached_tokens(self) -> int:
         return self.pending_tokens
 
-    def _allocate(self, tokens: int) -> None:
-        """Take tokens from the free pool, evicting radix-cache tokens when needed."""
-        free_unevictable = self.cfg.max_total_num_tokens - self.used_tokens - self.evictable
+    def _allocate(self, tokens: int, used: int | None = None) -> None:
+        """Take tokens from the free pool, evicting radix-cache tokens when needed (`used`:
+        used_tokens, when the caller has it)."""
+        used = self.used_tokens if used is None else used
+        free_unevictable = self.cfg.max_total_num_tokens - used - self.evictable
         if tokens > free_unevictable:
             self.evictable = max(self.evictable - (tokens - free_unevictable), 0)
 
@@ -313,6 +332,8 @@ class Scheduler:
         return self.waiting[0]
 
     def _form_prefill_batch(self):
+        if not self.waiting and self.chunked is None:
+            return None  # nothing to prefill (spares the pool sums below)
         cfg = self.cfg
         chunk_budget = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else math.inf
         input_budget = cfg.max_prefill_tokens
@@ -333,6 +354,16 @@ class Scheduler:
         cache_left = self.evictable  # prefixes found in the radix cache are reused from it
         while self.waiting and admitted < cfg.max_running_requests and chunk_budget > 0:
             req = self._pick()
+            if req.kv_ready and req.scheduled_at is None:
+                # PD decode: its KV was allocated (and checked) at preallocation and has
+                # arrived; admission moves it from the held tokens into the batch.
+                self.waiting.remove(req)
+                req.scheduled_at = self.now
+                self.queue_time.observe(self.now - req.arrival)
+                self.held_tokens -= req.prompt_len
+                parts.append((req, 0, 0))
+                admitted += 1
+                continue
             if req.scheduled_at is not None:
                 cached = req.cached_len
             else:  # a prefix hit needs the prefix to still be in the cache
@@ -418,15 +449,16 @@ class Scheduler:
         batch = len(self.running)
         tokens_per_req = cfg.spec_accept_length
         needed = math.ceil(batch * tokens_per_req)
-        if needed > self.free_tokens:
+        kv = self.used_tokens  # summed once per step: nothing changes it until _allocate
+        if needed > cfg.max_total_num_tokens - kv:
             self._retract(needed)
             if not self.running:
                 return
             batch = len(self.running)
-        kv = self.used_tokens
+            kv = self.used_tokens
         seconds = (perf.decode_overhead_s + perf.decode_s_per_request * batch +
                    perf.decode_s_per_kv_token * kv) / self.speed
-        self._allocate(math.ceil(batch * tokens_per_req))
+        self._allocate(math.ceil(batch * tokens_per_req), used=kv)
         self.now += seconds
         self.busy_seconds += seconds
         itl = self.tokenizer.histogram("itl")
@@ -490,7 +522,10 @@ class Scheduler:
     def _finish_done(self) -> None:
         still = []
         for req in self.running:
-            if req.generated >= req.output_len:
+            if req.generated >= req.output_len and req.on_done is not None:
+                self.held_tokens += req.kv_tokens  # PD prefill: held until its KV is sent
+                req.on_done(req, self.now)
+            elif req.generated >= req.output_len:
                 self.tokenizer.finished(req, self.now)
                 # Its tokens stay in the radix cache for the next turn of the session.
                 self.evictable += req.kv_tokens
