@@ -93,12 +93,16 @@ class Scenario:
 
 
 def available() -> list[str]:
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+    # pd-*.yaml are PD deployments (simulator/pd_scenario.py, `sglang-sim pd`), not one server.
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if not p.stem.startswith("pd-"))
 
 
 def load(name_or_path: str, overrides: dict[str, Any] | None = None) -> Scenario:
     """A shipped scenario by name, or a YAML file by path; `overrides` patch `server`."""
     path = Path(name_or_path)
+    if not path.suffix and name_or_path.startswith("pd-"):
+        raise ScenarioError(f"{name_or_path!r} is a PD deployment: serve it with `sglang-sim pd "
+                            f"--scenario {name_or_path}`")
     if not path.suffix:
         path = SCENARIO_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
