@@ -3,6 +3,7 @@
     sglang-sim --scenario long-context-incident --port 30000
     sglang-sim render --scenario long-context-incident --out /tmp/series
     sglang-sim list
+    sglang-sim pd --scenario pd-healthy --port 30000 --gateway-port 29000   (a PD deployment)
     sglang-sim what-if --prometheus URL --start T --end T --set max_running_requests=10
     sglang-sim what-if --pack DIR --set max_running_requests=10   (a sglang-obs snapshot pack)
 
@@ -34,8 +35,10 @@ from sglang_obs.core.cli_support import (
     report,
 )
 from sglang_obs.core.sglang import SGLANG_PORT
+from sglang_obs.simulator import pd_scenario as pd_scenarios
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.model import PerfModel
+from sglang_obs.simulator.pd_render import GATEWAY_PORT
 from sglang_obs.simulator.profiles import ALIASES, profile
 from sglang_obs.simulator.records import RecordFiles, RecordSink
 from sglang_obs.simulator.render import render, write_openmetrics, write_promtool_series
@@ -133,6 +136,22 @@ def build_parser() -> OneLineParser:
 
     sub.add_parser("list", help="list the shipped scenarios")
 
+    pd = sub.add_parser("pd", help="serve a prefill/decode deployment and its gateway in real "
+                        "time (docs/simulator.md, PD)")
+    pd.add_argument("--scenario", default="pd-healthy",
+                    help="shipped PD scenario (pd-*, see `sglang-sim list`) or a YAML file path")
+    pd.add_argument("--host", default="127.0.0.1", help="listen host (default 127.0.0.1)")
+    pd.add_argument("--port", type=_port, default=SGLANG_PORT,
+                    help=f"the first engine's port (default {SGLANG_PORT}): the prefill servers "
+                    "on PORT, PORT+1, ..., then the decode servers; 0: any free ones")
+    pd.add_argument("--gateway-port", type=_port, default=GATEWAY_PORT,
+                    help=f"the gateway's metrics port (default {GATEWAY_PORT}; 0: any free one)")
+    pd.add_argument("--speed", type=positive(float, 0), default=1.0,
+                    help="simulated seconds per wall second (default 1)")
+    pd.add_argument("--loop", action="store_true",
+                    help="repeat the timeline instead of stopping after one pass")
+    pd.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+
     what = sub.add_parser(
         "what-if", help="replay a window's estimated load under the current and proposed "
         "server arguments (a model prediction)")
@@ -187,6 +206,8 @@ def _command(args: argparse.Namespace) -> int:
         return 0
     if args.command == "what-if":
         return _what_if(args)
+    if args.command == "pd":
+        return _pd(args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="ts=%(asctime)s level=%(levelname)s msg=%(message)s",
                         stream=sys.stderr)
@@ -209,11 +230,53 @@ def describe(name: str, text: str, column: int, width: int) -> str:
 
 
 def _list() -> None:
-    names = scenarios.available()
+    names = scenarios.available() + pd_scenarios.available()
     column = max(map(len, names)) + 2
     width = max(shutil.get_terminal_size((100, 20)).columns, column + 40) - 1
     for name in names:
-        print(describe(name, scenarios.load(name).description, column, width))
+        sc = pd_scenarios.load(name) if name in pd_scenarios.available() else scenarios.load(name)
+        print(describe(name, sc.description, column, width))
+
+
+def _pd(args) -> int:
+    """`sglang-sim pd`: every engine and the gateway of a PD scenario, on one clock."""
+    from sglang_obs.simulator.pd import Deployment
+    from sglang_obs.simulator.pd_exposition import PdServer
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="ts=%(asctime)s level=%(levelname)s msg=%(message)s",
+                        stream=sys.stderr)
+    try:
+        sc = pd_scenarios.load(args.scenario)
+    except scenarios.ScenarioError as err:
+        raise UsageError(f"--scenario: {err}") from None
+    engines = [f"prefill-{i}" for i in range(sc.prefill.count)] + \
+              [f"decode-{i}" for i in range(sc.decode.count)]
+    if args.port and args.port + len(engines) - 1 > 65535:
+        raise UsageError(f"--port: {len(engines)} engines from {args.port} run past 65535")
+    server = PdServer(args.host, [args.port + i if args.port else 0 for i in range(len(engines))],
+                      args.gateway_port, speed=args.speed)
+    try:
+        bound = server.bind()
+    except OSError as err:
+        flag = "--gateway-port" if err.port == args.gateway_port else "--port"
+        raise Failure(f"{flag} {err.port}: cannot listen on {args.host}:{err.port} "
+                      f"({err.strerror or err})") from None
+    dep = Deployment(sc, start_ts=time.time(), loop=args.loop,
+                     instances={name: f"{args.host}:{port}"
+                                for name, port in zip(engines, bound[:-1], strict=True)})
+    server.start(dep)
+    for name, port in zip([*engines, "gateway"], bound, strict=True):
+        log.info("serving %s of PD scenario %s (SGLang %s) on http://%s:%s", name, sc.name,
+                 dep.profile.release, args.host, port)
+    try:
+        while args.loop or dep.t < sc.duration:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
 
 
 def _serve(args, sc) -> int:
