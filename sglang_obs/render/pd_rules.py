@@ -310,34 +310,34 @@ def state_records(t: dict) -> list[tuple[str, str, str]]:
 ALERT_TEXT = {
     "kv_transfer_failing": (
         "PD KV transfers are failing.",
-        "KV handoffs between the prefill and decode pools fail: requests are retried or lost.",
+        "KV handoffs between the prefill and decode pools fail: requests are retried or lost",
         "State kv_transfer_failing: handshakes time out or transfers fail. It comes first: "
         "every other PD symptom follows from requests that never reach decode."),
     "worker_circuit_open": (
         "The gateway has taken a PD worker out of rotation.",
-        "The gateway's circuit breaker for a worker is open: that worker failed its requests, "
-        "the others take its share and the gateway retries.",
+        "the gateway's circuit breaker for a worker is open: that worker failed its requests, "
+        "the others take its share and the gateway retries",
         "State worker_circuit_open: a worker failed enough requests in a row that the gateway "
         "stopped sending to it; the skew and load it causes on the others are its symptoms."),
     "routing_skew": (
         "PD traffic is routed unevenly.",
-        "One worker of a pool takes much more than its share of the requests.",
+        "one worker of a pool takes much more than its share of the requests",
         "State routing_skew: the gateway's policy concentrates traffic (a sticky cache-aware "
         "key, a stale load report); the overloaded worker's contention is its symptom."),
     "kv_transfer_bottleneck": (
         "PD KV transfer is slow.",
         "KV moves between the pools far below its usual speed: requests wait for their KV "
-        "after prefill.",
+        "after prefill",
         "State kv_transfer_bottleneck: the link (RDMA, NIC, the transfer engine) is slower than "
         "usual; the prefill pool's backlog it causes is its symptom."),
     "decode_pool_contention": (
         "The PD decode pool is full.",
-        "Requests wait for KV on the decode pool, which runs at its limit.",
+        "requests wait for KV on the decode pool, which runs at its limit",
         "State decode_pool_contention: the decode pool has no room for the requests prefill "
         "has finished; they wait in the prealloc queue and hold prefill KV meanwhile."),
     "prefill_pool_backlog": (
         "The PD prefill pool is backlogged.",
-        "Prompt tokens pile up in the prefill pool faster than it computes them.",
+        "prompt tokens pile up in the prefill pool faster than it computes them",
         "State prefill_pool_backlog: prompts arrive faster than the prefill pool computes them, "
         "with the transfer and the decode pool keeping up."),
 }
@@ -371,10 +371,18 @@ VALUE = {
 }
 
 
-def quotes() -> str:
-    """"; label: value" for each figure the deployment has (nothing where it has none)."""
+# The figures each alert quotes (indices into QUOTED): the gateway's TTFT, then its own.
+QUOTES = {"kv_transfer_failing": (0, 2), "worker_circuit_open": (0, 6, 5),
+          "routing_skew": (0, 5), "kv_transfer_bottleneck": (0, 1),
+          "decode_pool_contention": (0, 4), "prefill_pool_backlog": (0, 3)}
+
+
+def quotes(state: str) -> str:
+    """"; label: value" for each figure the alert quotes (nothing where the deployment has
+    none)."""
     out = []
-    for series, matchers, label, fmt, unit in QUOTED:
+    for i in QUOTES[state]:
+        series, matchers, label, fmt, unit = QUOTED[i]
         query = f"max({series}{{cluster=%q{matchers.strip()}}})"
         out.append(f'{{{{ with printf `{query}` $labels.cluster | query }}}}; {label}: '
                    f'{{{{ . | first | value | {fmt} }}}}{unit}{{{{ end }}}}')

@@ -242,7 +242,7 @@ def pd_alerts(t: dict) -> tuple[Alert, ...]:
             keep_firing_for=t["sustain"]["keep_firing_for"],
             summary=summary,
             description="The PD deployment{{ with $labels.cluster }} of cluster {{ . }}{{ end }} "
-                        f"is in state {state}: {first}" + pd_rules.quotes() + ".",
+                        f"is in state {state}: {first}" + pd_rules.quotes(state) + ".",
             fires_when=f"the PD deployment's verdict is `{state}`: {cond[state][1]}"
                        + (f"; and none of {', '.join(f'`{k}`' for k in before)} (they come "
                           "first)" if before else ""),
