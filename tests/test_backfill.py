@@ -17,8 +17,9 @@ def test_rule_levels_put_every_rule_after_the_rules_it_reads():
                     and n != rule["record"]}
             assert used <= seen, (rule["record"], used - seen)
         seen |= {r["record"] for r in level}
-    assert {r["record"] for r in levels[-1]} == {"instance:sglang_state:class",
-                                                 "instance:sglang_saturated:bool"}
+    # The deepest chain: a server's state, its pool's signals, the PD deployment's verdict,
+    # and last the verdict handed back to each PD server for its symptom alerts.
+    assert {r["record"] for r in levels[-1]} == {"instance:sglang_pd_explained:bool"}
 
 
 @pytest.mark.slow
