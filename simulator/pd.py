@@ -360,13 +360,16 @@ class Deployment:
         s, cfg = d.sched, d.server.cfg
         held = len(s.running) + len(s.waiting) + len(d.transfer)
         spare = cfg.max_total_num_tokens - s.used_tokens
+        # Request slots: SGLang sizes a decode server's request pool to max_running_requests,
+        # with twice as many again for preallocations when that is 32 or fewer.
+        slots = cfg.max_running_requests * (3 if cfg.max_running_requests <= 32 else 1)
         i = 0
         while i < len(d.prealloc):
             req = d.prealloc[i]
             if req.ready_at > at:
                 i += 1
                 continue
-            if held >= cfg.max_running_requests + tr.decode_extra_slots or \
+            if held >= slots or \
                     req.input_len + tr.decode_reserved_tokens * (held + 1) > spare:
                 break
             del d.prealloc[i]

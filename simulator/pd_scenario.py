@@ -41,6 +41,7 @@ from sglang_obs.simulator.scenario import SCENARIO_DIR, ScenarioError, Truth
 
 PREFIX = "pd-"  # shipped PD scenarios are simulator/scenarios/pd-*.yaml
 ROLES = ("prefill", "decode")
+PD_RELEASES = ("0.5.23",)  # conformance/goldens/<release>/pd-* that the engines match
 FAULT_KINDS = ("bandwidth_collapse", "bootstrap_timeout", "transfer_failure", "worker_errors",
                "routing_skew")
 
@@ -56,9 +57,8 @@ class Transfer:
     handshake_s: float = 0.003  # decode side's bootstrap with the prefill server
     alloc_s: float = 0.0005  # prefill side's metadata buffer once the decode side is ready
     # A decode server preallocates a request's prompt only with this many tokens to spare per
-    # request it holds (its decode growth), and holds at most max_running_requests + extra.
+    # request it holds (its decode growth).
     decode_reserved_tokens: int = 512
-    decode_extra_slots: int = 16
 
 
 @dataclass(frozen=True)
@@ -179,9 +179,9 @@ def from_dict(data: Any, where: str = "scenario") -> PdScenario:
         raise ScenarioError(f"{where}: {err}") from None
     except (TypeError, ValueError) as err:
         raise ScenarioError(f"{where}: {err}") from None
-    if sc.release not in ALIASES:
-        raise ScenarioError(f"{where}: release: {sc.release!r} is not one of "
-                            f"{', '.join(sorted(ALIASES))}")
+    if ALIASES.get(sc.release) not in PD_RELEASES:
+        raise ScenarioError(f"{where}: release: {sc.release!r}: a PD deployment is simulated as "
+                            f"SGLang {', '.join(PD_RELEASES)} (its PD goldens)")
     return sc
 
 
