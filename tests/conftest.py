@@ -13,8 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
-from sglang_obs.generate.backfill import backfill, prometheus
-from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.generate.backfill import backfill, prometheus, scenario_of
 
 from fake_sglang import FakeSGLang
 
@@ -98,7 +97,7 @@ def backfilled(tmp_path_factory):
         def get(name, release=None):
             require_binary("promtool")
             require_binary("prometheus")
-            key = (name, release or scenarios.load(name).release)
+            key = (name, release or scenario_of(name).release)
             if key not in served:
                 b = backfill(name, tmp_path_factory.mktemp(name) / "data", release=key[1],
                              alerts=True)

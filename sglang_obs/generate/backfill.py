@@ -30,7 +30,10 @@ from pathlib import Path
 import yaml
 
 from sglang_obs.core.settings import Settings, default
+from sglang_obs.simulator import pd_scenario
 from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.pd_render import render_pd
+from sglang_obs.simulator.pd_scenario import PdScenario
 from sglang_obs.simulator.render import Rendered, render, write_openmetrics, write_promtool_series
 
 RECORDING_RULES = "sglang.rules.yml"  # in prometheus/rules/
@@ -155,6 +158,12 @@ class Backfilled:
     step: int  # seconds between samples
 
 
+def scenario_of(name: str):
+    """A shipped scenario by name: a PD deployment's (pd-*, simulator/pd_scenario.py) or a
+    single server's."""
+    return pd_scenario.load(name) if name.startswith("pd-") else scenarios.load(name)
+
+
 def backfill(name: str, data: Path, step: int | None = None, end: float | None = None,
              release: str | None = None, alerts: bool = False,
              s: Settings | None = None, duration: float | None = None,
@@ -166,14 +175,15 @@ def backfill(name: str, data: Path, step: int | None = None, end: float | None =
     (`alert_inputs`): the series and recording rules, not the dashboards' quantiles."""
     s = s or default()
     step = step or int(s.evaluation_interval_s)
-    sc = scenarios.load(name)
+    sc = scenario_of(name)
     end = (time.time() // step) * step if end is None else end
     start = end - ((duration or sc.duration) // step) * step
     promtool = _binary("promtool")
     data.mkdir(parents=True, exist_ok=True)
     needed, read = alert_inputs(s) if for_alerts else (None, None)
     with tempfile.TemporaryDirectory() as tmp:
-        rendered = render(sc, release, start=start, step=step)
+        rendered = (render_pd(sc, step=step, start=start) if isinstance(sc, PdScenario)
+                    else render(sc, release, start=start, step=step))
         if read is not None:
             rendered.series = {k: v for k, v in rendered.series.items() if k[0] in read}
         if duration is not None and duration > sc.duration:
