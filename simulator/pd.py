@@ -40,6 +40,7 @@ from sglang_obs.simulator.profiles import (
     Profile,
     profile,
 )
+from sglang_obs.simulator.simulation import Looping
 
 # per_stage_req_latency_seconds stages each role observes (docs/pd.md): a PD prefill server
 # times its bootstrap instead of request_process; `fake_output` is the decode server's prebuilt
@@ -169,7 +170,7 @@ def _histogram_factory(prof: Profile) -> Callable[[str], Histogram]:
     return lambda name: Histogram(bounds[name])
 
 
-class Deployment:
+class Deployment(Looping):
     """The engines, the links and the gateway; `advance(t)` moves the clock to t seconds."""
 
     def __init__(self, scenario: PdScenario, start_ts: float = 0.0, loop: bool = False,
@@ -254,13 +255,7 @@ class Deployment:
                                                               self._heap[0][0] <= until):
                 return
 
-    def _maybe_loop(self, until: float) -> None:
-        """Serving with --loop: the timeline repeats, same shape, new draws."""
-        duration = self.scenario.duration
-        if not self.loop or until < (self._round + 1) * duration:
-            return
-        self._round += 1
-        offset = self._round * duration
+    def _next_round(self, offset: float) -> None:
         self._arrivals = self._arrivals[self._next:] + self._timeline(offset, self._round)
         self._next = 0
         self._fault_edges(offset)

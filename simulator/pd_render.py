@@ -24,8 +24,8 @@ from sglang_obs.simulator.render import (
     SGLANG_JOB,
     Rendered,
     _collect_exporter,
-    _quiet,
     in_process_fetcher,
+    step_through,
 )
 
 SMG_JOB = "smg"
@@ -52,22 +52,19 @@ def render_pd(scenario: PdScenario, step: float | None = None, start: float = 0.
     exporter.register(GuardedCollector([SGLangCollector(pollers)]))
     native = {e.name: _Native(apps[e.name].collector, e.instance) for e in dep.engines}
 
-    steps = int(scenario.duration // step) + 1
-    out = Rendered(start=start, step=step, steps=steps)
-    t = 0.0
-    with _quiet("sglang_obs.exporter.poller"):
-        for index in range(steps):
-            scrape_at = index * step
-            while t <= scrape_at:  # the exporter polls several times per scrape
-                dep.advance(t)
-                for poller in pollers:
-                    poller.poll_once()
-                t += poll_interval
-            dep.advance(scrape_at)
-            for e in dep.engines:
-                native[e.name].collect(out, index)
-            _collect_gateway(dep, out, index)
-            _collect_exporter(exporter, out, index)
+    out = Rendered(start=start, step=step, steps=int(scenario.duration // step) + 1)
+
+    def poll() -> None:
+        for poller in pollers:
+            poller.poll_once()
+
+    def scrape(index: int) -> None:
+        for e in dep.engines:
+            native[e.name].collect(out, index)
+        _collect_gateway(dep, out, index)
+        _collect_exporter(exporter, out, index)
+
+    step_through(out, poll_interval, dep.advance, poll, scrape)
     return out
 
 

@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sglang_obs.core.states import PD_STATES
 from sglang_obs.simulator import scenario as single
 from sglang_obs.simulator.gateway import POLICIES, GatewayConfig
@@ -124,13 +122,7 @@ def load(name_or_path: str) -> PdScenario:
                                 f"{', '.join(available())}")
     if not path.is_file():
         raise ScenarioError(f"{path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        raise ScenarioError(f"{path}: cannot read it: {err}") from None
-    except yaml.YAMLError as err:
-        raise ScenarioError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    return from_dict(data, str(path))
+    return from_dict(single.read_yaml(path), str(path))
 
 
 def from_dict(data: Any, where: str = "scenario") -> PdScenario:

@@ -207,28 +207,38 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
         *collectors, ContainerCollector(_SimContainer(sim, instance, start)),
         GpuCollector(gpus)]))
 
-    steps = int(scenario.duration // step) + 1
-    out = Rendered(start=start, step=step, steps=steps)
-    t = 0.0
-    # The scenario's own crashes would make the exporter warn on every render; the level is
-    # put back after, for the real pollers of the same process.
-    with _quiet("sglang_obs.exporter.poller"):
-        for index in range(steps):
-            scrape_at = index * step
-            while t <= scrape_at:  # the exporter polls several times per scrape
-                sim.advance(t)
-                poller.poll_once()
-                t += poll_interval
-            sim.advance(scrape_at)
-            gpus.sample()
-            _deliver_xids(nvml, xid_events, xids)
-            _collect_native(sim, app, out, index, instance)
-            _collect_exporter(exporter, out, index)
-            if on_scrape is not None:
-                on_scrape(index, gpus)
+    out = Rendered(start=start, step=step, steps=int(scenario.duration // step) + 1)
+
+    def scrape(index: int) -> None:
+        gpus.sample()
+        _deliver_xids(nvml, xid_events, xids)
+        _collect_native(sim, app, out, index, instance)
+        _collect_exporter(exporter, out, index)
+        if on_scrape is not None:
+            on_scrape(index, gpus)
+
+    step_through(out, poll_interval, sim.advance, poller.poll_once, scrape)
     if files is not None:
         files.close()
     return out
+
+
+def step_through(out: Rendered, poll_interval: float, advance: Callable[[float], None],
+                 poll: Callable[[], object], scrape: Callable[[int], None]) -> None:
+    """Simulated time from 0 to `out`'s last step: the exporter polls every `poll_interval`
+    (several times per scrape), then Prometheus scrapes (`scrape(index)`) at each step."""
+    t = 0.0
+    # The scenario's own faults would make the exporter warn on every render; the level is
+    # put back after, for the real pollers of the same process.
+    with _quiet("sglang_obs.exporter.poller"):
+        for index in range(out.steps):
+            scrape_at = index * out.step
+            while t <= scrape_at:
+                advance(t)
+                poll()
+                t += poll_interval
+            advance(scrape_at)
+            scrape(index)
 
 
 @contextlib.contextmanager

@@ -97,6 +97,16 @@ def available() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if not p.stem.startswith("pd-"))
 
 
+def read_yaml(path: Path) -> Any:
+    """A scenario file's document; a ScenarioError naming the file if it cannot be read."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScenarioError(f"{path}: cannot read it: {err}") from None
+    except yaml.YAMLError as err:
+        raise ScenarioError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+
+
 def load(name_or_path: str, overrides: dict[str, Any] | None = None) -> Scenario:
     """A shipped scenario by name, or a YAML file by path; `overrides` patch `server`."""
     path = Path(name_or_path)
@@ -107,10 +117,7 @@ def load(name_or_path: str, overrides: dict[str, Any] | None = None) -> Scenario
         path = SCENARIO_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ScenarioError(f"no scenario {name_or_path!r}; shipped: {', '.join(available())}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ScenarioError(f"{path}: not valid YAML: {err}") from None
+    data = read_yaml(path)
     if isinstance(data, dict) and data.get("extends"):
         data = _extend(data, path)
     return from_dict(data, str(path), overrides)

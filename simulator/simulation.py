@@ -39,7 +39,23 @@ class GpuReading:
     lost: bool = False  # fallen off the bus: NVML answers GpuIsLost for it
 
 
-class Simulation:
+class Looping:
+    """A timeline that repeats when served with --loop: each round has the same shape and new
+    random draws. The class keeps `scenario`, `loop` and `_round`; `_next_round(offset)` queues
+    the round that starts at `offset` seconds."""
+
+    def _maybe_loop(self, until: float) -> None:
+        duration = self.scenario.duration
+        if not self.loop or until < (self._round + 1) * duration:
+            return
+        self._round += 1
+        self._next_round(self._round * duration)
+
+    def _next_round(self, offset: float) -> None:
+        raise NotImplementedError
+
+
+class Simulation(Looping):
     def __init__(self, scenario: Scenario, release: str | None = None, start_ts: float = 0.0,
                  on_event: Callable[[object], None] | None = None, loop: bool = False,
                  on_request: Callable[[Request, float], None] | None = None):
@@ -115,13 +131,7 @@ class Simulation:
                 self.server.submit(self._arrivals[self._next_arrival])
                 self._next_arrival += 1
 
-    def _maybe_loop(self, until: float) -> None:
-        """In serve mode the timeline repeats: next round, same shape, new random draws."""
-        duration = self.scenario.duration
-        if not self.loop or until < (self._round + 1) * duration:
-            return
-        self._round += 1
-        offset = self._round * duration
+    def _next_round(self, offset: float) -> None:
         shifted = self.scenario.arrivals()
         for req in shifted:
             req.arrival += offset

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from sglang_obs.core.prometheus_api import Prometheus
 from sglang_obs.exporter.log_follow import FileFollower
 from sglang_obs.exporter.log_stats import LogStats
@@ -132,3 +134,18 @@ def poll_within(source, seconds: float = 2.0):
     thread.join(seconds)
     assert not thread.is_alive(), f"poll() blocked for more than {seconds} s"
     return result["fed"]
+
+
+def family_shapes(text: str) -> dict[str, tuple]:
+    """family -> (type, label names, histogram bucket bounds) of an exposition: the shape
+    the simulator must share with SGLang's goldens."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        labels, bounds = set(), set()
+        for sample in family.samples:
+            labels |= set(sample.labels) - ({"le"} if family.type == "histogram" else set())
+            if family.type == "histogram" and "le" in sample.labels:
+                bounds.add(float(sample.labels["le"]))
+        name = family.name + ("_total" if family.type == "counter" else "")
+        out[name] = (family.type, tuple(sorted(labels)), tuple(sorted(bounds)))
+    return out

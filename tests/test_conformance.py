@@ -11,7 +11,6 @@ import json
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_obs.exporter.sglang_api import parse_loads, parse_server_info
 from sglang_obs.exporter.sglang_exposition import parse_exposition
@@ -21,6 +20,7 @@ from sglang_obs.simulator.profiles import RELEASES as SIM_RELEASES
 from sglang_obs.simulator.simulation import Simulation
 
 from conftest import ROOT
+from helpers import family_shapes
 
 GOLDENS = ROOT / "conformance" / "goldens"
 RELEASES = sorted(p.name for p in GOLDENS.iterdir() if p.is_dir())
@@ -104,20 +104,6 @@ def test_the_exporter_reads_server_info_and_loads(release):
 ALLOWED = yaml.safe_load((ROOT / "conformance" / "simulator-differences.yml").read_text()) or {}
 
 
-def _shapes(text: str) -> dict[str, tuple]:
-    """family -> (type, label names, histogram bucket bounds)."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        labels, bounds = set(), set()
-        for sample in family.samples:
-            labels |= set(sample.labels) - ({"le"} if family.type == "histogram" else set())
-            if family.type == "histogram" and "le" in sample.labels:
-                bounds.add(float(sample.labels["le"]))
-        name = family.name + ("_total" if family.type == "counter" else "")
-        out[name] = (family.type, tuple(sorted(labels)), tuple(sorted(bounds)))
-    return out
-
-
 def simulator_answer(release: str) -> str:
     """The simulator's /metrics as that release, 10 minutes into a scenario that retracts (the
     goldens' traffic retracted once, and SGLang creates the retraction counters lazily)."""
@@ -129,8 +115,8 @@ def simulator_answer(release: str) -> str:
 
 
 def differences(release: str) -> dict[str, str]:
-    golden = _shapes((GOLDENS / release / "default" / "metrics.prom").read_text())
-    simulated = _shapes(simulator_answer(release))
+    golden = family_shapes((GOLDENS / release / "default" / "metrics.prom").read_text())
+    simulated = family_shapes(simulator_answer(release))
     out = {}
     for name in sorted(set(golden) | set(simulated)):
         if name not in simulated:
