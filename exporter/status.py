@@ -113,6 +113,11 @@ class Classification:
     scheduling_queue_seconds: float
     scheduling_kv_ratio_below: float
     kv_retraction_window: float  # seconds; the file gives a duration ("1m")
+    min_prealloc_queue_requests: float  # from the file's pd: section
+
+
+# Classification's fields that the thresholds file keeps in its pd: section.
+PD_FIELDS = ("min_prealloc_queue_requests",)
 
 
 class ThresholdsError(ValueError):
@@ -134,22 +139,27 @@ def load_classification(path: str | Path | None = None) -> Classification:
     section = doc.get("classification") if isinstance(doc, dict) else None
     if not isinstance(section, dict):
         raise ThresholdsError(f"{path}: no classification: section")
-    names = [f.name for f in fields(Classification)]
-    missing = [n for n in names if n not in section]
+    pd = doc.get("pd")
+    if not isinstance(pd, dict):
+        raise ThresholdsError(f"{path}: no pd: section")
+    names = [f.name for f in fields(Classification) if f.name not in PD_FIELDS]
+    missing = [f"classification.{n}" for n in names if n not in section]
+    missing += [f"pd.{n}" for n in PD_FIELDS if n not in pd]
     if missing:
-        raise ThresholdsError(f"{path}: classification: lacks {', '.join(missing)}")
+        raise ThresholdsError(f"{path}: lacks {', '.join(missing)}")
     unknown = sorted(str(k) for k in section if k not in names)
     if unknown:
         log.warning("%s: classification: %s unknown to this exporter; the glance page's "
                     "verdict may differ from the rules'", path, ", ".join(unknown))
     values = {}
-    for name in names:
-        value = section[name]
+    for name in names + list(PD_FIELDS):
+        value = pd[name] if name in PD_FIELDS else section[name]
         if name == "kv_retraction_window":
             value = _duration_seconds(value)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
                 value):
-            raise ThresholdsError(f"{path}: classification.{name} is not a number")
+            section_name = "pd" if name in PD_FIELDS else "classification"
+            raise ThresholdsError(f"{path}: {section_name}.{name} is not a number")
         values[name] = float(value)
     return Classification(**values)
 
@@ -844,6 +854,7 @@ class PoolSignals:
     prefill_backlog: float | None
     kv_occupancy_max: float | None  # the fullest member's KV pool
     queues: Mapping[str, float]  # PD queue -> requests
+    finished_last_minute: float | None = None
 
 
 def _sum(values) -> float | None:
@@ -866,7 +877,8 @@ def pool_signals(members: Sequence[Mapping[str, Any]]) -> PoolSignals:
         waiting=_sum(m["pressure"]["waiting"] for m in up), max_running=max_running,
         running_ratio=_div(running, max_running),
         prefill_backlog=_sum(m["tokens"]["prefill_backlog"] for m in up),
-        kv_occupancy_max=max(occupancies) if occupancies else None, queues=queues)
+        kv_occupancy_max=max(occupancies) if occupancies else None, queues=queues,
+        finished_last_minute=_sum(m["pressure"]["finished_last_minute"] for m in up))
 
 
 def pool_conditions(pool: str, p: PoolSignals, c: Classification) -> dict[str, bool]:
@@ -876,11 +888,15 @@ def pool_conditions(pool: str, p: PoolSignals, c: Classification) -> dict[str, b
         held["prefill_pool_backlog"] = (_ge(p.prefill_backlog, c.prefill_backlog_tokens)
                                         and _lt(0, p.waiting))
     else:  # requests wait for decode KV while the pool is at its limit or a KV pool is full
-        held["decode_pool_contention"] = (_lt(0, p.queues.get("prealloc"))
+        held["decode_pool_contention"] = (_ge(p.queues.get("prealloc"),
+                                              c.min_prealloc_queue_requests)
                                           and (_ge(p.running_ratio, c.running_ratio_at_limit)
                                                or _ge(p.kv_occupancy_max,
                                                       c.kv_occupancy_ratio)))
-    held["idle"] = p.running == 0 and p.waiting == 0
+    # Idle as the rules' pool:sglang_pd_busy:sum: nothing held, nothing finished lately (a
+    # prefill server's requests pass through in about a second).
+    held["idle"] = (p.running == 0 and p.waiting == 0 and not any(p.queues.values())
+                    and not p.finished_last_minute)
     held["healthy"] = p.up > 0
     return held
 

@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,12 +18,14 @@ from sglang_obs.exporter.sglang_api import PD_QUEUES, parse_loads, parse_server_
 from sglang_obs.exporter.status import (
     PoolSignals,
     StatusBoard,
+    ThresholdsError,
     classify_pool,
     load_classification,
 )
 from sglang_obs.exporter.status_page import GlancePages, status_with_display
 from sglang_obs.exporter.targets import server_label
 
+from conftest import ROOT
 from fake_sglang import Route
 from test_conformance import GOLDENS
 
@@ -300,6 +303,9 @@ def _pool(**kw) -> PoolSignals:
     ("prefill", dict(prefill_backlog=C.prefill_backlog_tokens, waiting=0.0), "healthy"),
     ("prefill", dict(prefill_backlog=None, waiting=5.0), "healthy"),
     ("prefill", dict(running=0.0, waiting=0.0), "idle"),
+    # a prefill server's requests pass through between polls: it is working, not idle
+    ("prefill", dict(running=0.0, waiting=0.0, finished_last_minute=3.0), "healthy"),
+    ("prefill", dict(running=0.0, waiting=0.0, queues={"inflight": 1.0}), "healthy"),
     ("prefill", dict(running=None, waiting=0.0), "healthy"),
     ("decode", dict(queues={"prealloc": 1.0}, running_ratio=C.running_ratio_at_limit),
      "decode_pool_contention"),
@@ -313,3 +319,20 @@ def _pool(**kw) -> PoolSignals:
 ])
 def test_pool_verdict_edges(pool, signals, expected):
     assert classify_pool(pool, _pool(**signals), C) == expected
+
+
+def test_the_decode_verdict_reads_the_prealloc_queue_threshold_from_the_pd_section(tmp_path):
+    """pd.min_prealloc_queue_requests, as the rules read it: a raised threshold lets a short
+    prealloc queue through, and a thresholds file without it is refused by name."""
+    doc = yaml.safe_load((ROOT / "prometheus/thresholds.yml").read_text())
+    at_limit = _pool(queues={"prealloc": 2.0}, running_ratio=1.0)
+    assert C.min_prealloc_queue_requests == doc["pd"]["min_prealloc_queue_requests"]
+    assert classify_pool("decode", at_limit, C) == "decode_pool_contention"
+    doc["pd"]["min_prealloc_queue_requests"] = 3
+    raised = tmp_path / "thresholds.yml"
+    raised.write_text(yaml.safe_dump(doc))
+    assert classify_pool("decode", at_limit, load_classification(raised)) == "healthy"
+    del doc["pd"]["min_prealloc_queue_requests"]
+    raised.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ThresholdsError, match="lacks pd.min_prealloc_queue_requests"):
+        load_classification(raised)

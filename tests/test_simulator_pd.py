@@ -2,7 +2,8 @@
 SGLang 0.5.23's PD servers expose (conformance/goldens/0.5.23/pd-*), the gateway what
 docs/pd.md's table says, every shipped pd-* scenario shows the signature its ground truth
 claims in the rendered series, the TTFT decomposition closes (exactly per request in the model,
-within 10 % from the series), and `sglang-sim pd` serves it all."""
+within 10 % from the series over the run and each ground-truth window), and `sglang-sim pd`
+serves it all."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from sglang_obs.simulator.pd_render import render_pd
 from sglang_obs.simulator.scenario import ScenarioError
 
 from conftest import ROOT
+from helpers import family_shapes
 
 GOLDENS = ROOT / "conformance" / "goldens" / "0.5.23"
 BIN = Path(sys.executable).parent
@@ -75,20 +77,6 @@ def stressed() -> Deployment:
     return dep
 
 
-def _shapes(text: str) -> dict[str, tuple]:
-    """family -> (type, label names, bucket bounds), as tests/test_conformance.py reads them."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        labels, bounds = set(), set()
-        for sample in family.samples:
-            labels |= set(sample.labels) - ({"le"} if family.type == "histogram" else set())
-            if family.type == "histogram" and "le" in sample.labels:
-                bounds.add(float(sample.labels["le"]))
-        name = family.name + ("_total" if family.type == "counter" else "")
-        out[name] = (family.type, tuple(sorted(labels)), tuple(sorted(bounds)))
-    return out
-
-
 def _engine_text(dep: Deployment, role: str) -> str:
     engine = next(e for e in dep.engines if e.role == role)
     registry = CollectorRegistry()
@@ -98,8 +86,8 @@ def _engine_text(dep: Deployment, role: str) -> str:
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_each_engine_exposes_what_the_release_pd_server_exposes(role):
-    golden = _shapes((GOLDENS / f"pd-{role}" / "metrics.prom").read_text())
-    simulated = _shapes(_engine_text(stressed(), role))
+    golden = family_shapes((GOLDENS / f"pd-{role}" / "metrics.prom").read_text())
+    simulated = family_shapes(_engine_text(stressed(), role))
     found = {name: "missing" for name in set(golden) - set(simulated)}
     found |= {name: "extra" for name in set(simulated) - set(golden)}
     assert found == EXPECTED[role]
@@ -368,6 +356,9 @@ def test_bootstrap_timeouts_count_on_both_sides_and_at_the_gateway():
                          **SG) > 100
     assert _increase(r, "smg_pd_bootstrap_failures_total", lo, hi) > 50
     assert _increase(r, "smg_worker_retries_total", lo, hi) > 50
+    # the few whose every attempt hangs use up the retries and are answered 500
+    assert _increase(r, "smg_worker_retries_exhausted_total", lo, hi) >= 3
+    assert _increase(r, "smg_router_request_errors_total", lo, hi) >= 3
     quiet = _truth("pd-bootstrap-timeouts", "healthy", -1)
     assert _increase(r, "sglang:num_bootstrap_failed_reqs_total", *quiet, **SG) == 0
     assert max(v for v in r.values("smg_worker_cb_state") if v is not None) == 0
@@ -429,13 +420,11 @@ STAGES = (("sglang:per_stage_req_latency_seconds", {**PREFILL, "stage": "prefill
           ("sglang:per_stage_req_latency_seconds", {**DECODE, "stage": "fake_output"}))
 
 
-def decomposition_gaps(r) -> list[tuple[float, float]]:
-    """(window start, |sum of stage means - smg_pd_ttft mean| / smg_pd_ttft mean) per minute with
-    at least 30 first tokens."""
+def decomposition_gaps(r, windows) -> list[tuple[float, float]]:
+    """(window start, |sum of stage means - smg_pd_ttft mean| / smg_pd_ttft mean) for each
+    (lo, hi) window with at least 30 first tokens."""
     out = []
-    per_minute = int(60 // r.step)
-    for start in range(0, r.steps - per_minute, per_minute):
-        lo, hi = start * r.step, (start + per_minute) * r.step
+    for lo, hi in windows:
         if _increase(r, "smg_pd_ttft_seconds_count", lo, hi) < 30:
             continue
         ttft = _hist_mean(r, "smg_pd_ttft_seconds", lo, hi)
@@ -462,14 +451,19 @@ def test_the_ttft_split_closes_exactly_for_every_request(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_the_ttft_decomposition_closes_from_the_series(name):
-    gaps = decomposition_gaps(rendered(name)[0])
-    assert len(gaps) > 15
+    """Over the whole run and each ground-truth window (docs/detection.md shows the same through
+    the recording rules, and why one minute of a building backlog may not close)."""
+    r = rendered(name)[0]
+    sc = pd_scenario.load(name)
+    windows = [(0.0, sc.duration)] + [(t.start, t.end) for t in sc.truth]
+    gaps = decomposition_gaps(r, windows)
+    assert len(gaps) == len(windows)
     worst = max(gaps, key=lambda g: g[1])
-    assert worst[1] < 0.10, f"{name}: {worst[1]:.1%} at {worst[0]:.0f} s"
+    assert worst[1] < 0.10, f"{name}: {worst[1]:.1%} from {worst[0]:.0f} s"
 
 
 def test_a_broken_stage_would_open_the_gap():
-    """The check is not blind: leave the transfer stage out and a slow-transfer minute fails."""
+    """The check is not blind: leave the transfer stage out and a slow-transfer window fails."""
     from sglang_obs.simulator.render import Rendered
 
     r = Rendered(start=0.0, step=15.0, steps=5)
@@ -481,10 +475,10 @@ def test_a_broken_stage_would_open_the_gap():
             total = 2.5 if "transfer" in match.get("stage", "") else 0.1
             r.add(name + "_count", match, i, n)
             r.add(name + "_sum", match, i, total * n)
-    assert decomposition_gaps(r)[0][1] == pytest.approx(0.0, abs=1e-9)
+    assert decomposition_gaps(r, [(0.0, 60.0)])[0][1] == pytest.approx(0.0, abs=1e-9)
     r.series = {k: v for k, v in r.series.items()
                 if ("stage", "prefill_transfer_kv_cache") not in k[1]}
-    assert decomposition_gaps(r)[0][1] > 0.8
+    assert decomposition_gaps(r, [(0.0, 60.0)])[0][1] > 0.8
 
 
 # -- sglang-sim pd --------------------------------------------------------------------------------

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 from sglang_obs.core.states import PD_POOLS, PD_PRIORITY, PD_STATE_POOL, PD_STATES
 
-# The stages of a PD request's time to first token, in the order a request meets them
-# (sglang:per_stage_req_latency_seconds{stage}, docs/pd.md): their means add up to the
-# gateway's end-to-end TTFT, less what no stage measures.
+# The stages on a PD request's critical path to its first token, in the order it meets them
+# (docs/pd.md): their means add up to the gateway's end-to-end TTFT, less what no stage
+# measures. Each is a sglang:per_stage_req_latency_seconds{stage} except `prefill_waiting`,
+# which SGLang observes as the prefill server's sglang:queue_time_seconds. decode_bootstrap and
+# decode_transferred run beside the prefill leg, so they are not on the path.
 TTFT_STAGES = ("prefill_bootstrap", "prefill_waiting", "prefill_forward",
-               "prefill_transfer_kv_cache", "decode_transferred", "decode_waiting",
-               "decode_forward")
+               "prefill_transfer_kv_cache", "decode_waiting", "fake_output")
+QUEUE_STAGE = "prefill_waiting"
 ROLE_INFO = "instance:sglang_pd_role:info"
 IN_STATE = "cluster:sglang_pd_in_state:bool"
 CLUSTER_CODE = "cluster:sglang_pd_state:code"
 POOL_CODE = "pool:sglang_pd_state:code"
+BUSY = "pool:sglang_pd_busy:sum"
 # The deployment's alerts, in PD_PRIORITY order.
 ALERTS = {
     "kv_transfer_failing": "SGLangPDKVTransferFailing",
@@ -65,11 +68,14 @@ def conditions(t: dict) -> dict[str, tuple[str, str]]:
             "counted in `cluster:smg_worker_cb_open:count`)"),
         "routing_skew": (
             f"max by (cluster) (pool:sglang_pd_request_rate_skew:ratio) >= "
-            f"{p['routing_skew_ratio']}",
+            f"{p['routing_skew_ratio']}\n"
+            f"  unless on (cluster) max_over_time(cluster:smg_worker_cb_open:count"
+            f"[{p['routing_skew_window']}]) > 0",
             f"the busiest worker of a pool finishes ≥ {p['routing_skew_ratio']} × the pool's "
             f"mean request rate over {p['routing_skew_window']} "
             f"(`pool:sglang_pd_request_rate_skew:ratio`; pools of ≥ 2 workers taking ≥ "
-            f"{floor} requests/s)"),
+            f"{floor} requests/s), and no circuit breaker was open over that window (the "
+            "traffic an open breaker moves is its own state's symptom)"),
         "kv_transfer_bottleneck": (
             f"(cluster:sglang_pd_kv_transfer_speed_bytes_per_second:avg1m < "
             f"{p['transfer_speed_drop_ratio']} * "
@@ -101,6 +107,35 @@ def conditions(t: dict) -> dict[str, tuple[str, str]]:
     }
 
 
+def ttft_stage_means(t: dict, w: str) -> str:
+    """Mean seconds per request in each TTFT_STAGES stage over window `w`, by (cluster, stage)."""
+    s = _sel(t, "sglang_job")
+    stages = "|".join(x for x in TTFT_STAGES if x != QUEUE_STAGE)
+    prefill = f'{ROLE_INFO}{{pool="prefill"}}'
+    return (
+        f'sum by (cluster, stage) (rate(sglang:per_stage_req_latency_seconds_sum{{{s}, stage=~"{stages}"}}[{w}]))\n'  # noqa: E501
+        f'  / (sum by (cluster, stage) (rate(sglang:per_stage_req_latency_seconds_count{{{s}, stage=~"{stages}"}}[{w}])) > 0)\n'  # noqa: E501
+        f'or label_replace(sum by (cluster) (sum by (cluster, instance) (rate(sglang:queue_time_seconds_sum{{{s}}}[{w}])) and on (cluster, instance) {prefill})\n'  # noqa: E501
+        f'  / (sum by (cluster) (sum by (cluster, instance) (rate(sglang:queue_time_seconds_count{{{s}}}[{w}])) and on (cluster, instance) {prefill}) > 0), '  # noqa: E501
+        f'"stage", "{QUEUE_STAGE}", "", "")')
+
+
+def gateway_ttft_mean(t: dict, w: str) -> str:
+    """The gateway's mean PD TTFT over window `w`, by cluster."""
+    g = f'job="{gateway_job(t)}"'
+    return (f"sum by (cluster) (rate(smg_pd_ttft_seconds_sum{{{g}}}[{w}]))\n"
+            f"  / (sum by (cluster) (rate(smg_pd_ttft_seconds_count{{{g}}}[{w}])) > 0)")
+
+
+def ttft_unexplained(t: dict, w: str) -> str:
+    """The share of the gateway's mean TTFT over `w` that the stages' means leave unexplained:
+    the recorded 1-min ratio's definition, over any window (docs/detection.md uses each
+    incident's)."""
+    gateway = f"({gateway_ttft_mean(t, w)})"
+    return (f"({gateway} - on (cluster) sum by (cluster) ({ttft_stage_means(t, w)}))\n"
+            f"  / {gateway}")
+
+
 def signal_records(t: dict) -> list[tuple[str, str, str]]:
     """(record, expr, why) of the per-pool and per-deployment signals, in evaluation order."""
     s, e = _sel(t, "sglang_job"), _sel(t, "exporter_job")
@@ -108,7 +143,6 @@ def signal_records(t: dict) -> list[tuple[str, str, str]]:
     p = t["pd"]
     floor = t["slo"]["traffic_floor_rps"]
     w = p["routing_skew_window"]
-    stages = "|".join(TTFT_STAGES)
     out = [
         (ROLE_INFO,
          f'max by (cluster, host, instance, role, pool) (label_replace(label_replace('
@@ -153,6 +187,17 @@ def signal_records(t: dict) -> list[tuple[str, str, str]]:
          f"  * on (cluster, instance) group_left (role, pool) {ROLE_INFO}",
          "Requests each PD worker finished per second: the gateway's selection counter has no "
          "worker label, so each engine's own count is the per-worker traffic."),
+        (BUSY,
+         "pool:sglang_pd_running_requests:sum + pool:sglang_pd_waiting_requests:sum\n"
+         "  + on (cluster, pool) (sum by (cluster, pool) (pool:sglang_pd_queue_requests:sum)"
+         " or 0 * pool:sglang_pd_running_requests:sum)\n"
+         "  + on (cluster, pool) (sum by (cluster, pool) ("
+         + _pool(f"sum by (cluster, host, instance) (increase(sglang:num_requests_total{{{s}}}[1m]))")  # noqa: E501
+         + ") or 0 * pool:sglang_pd_running_requests:sum)",
+         "The pool's work: requests running, waiting and in its PD queues, plus those it "
+         "finished over the last minute (the glance page's finished_last_minute); 0 only when "
+         "the pool is idle. A prefill server's requests pass through in about a second, so at "
+         "a scrape it often holds none."),
         ("pool:sglang_pd_request_rate_skew:ratio",
          f"max by (cluster, pool) ({_pool(f'sum by (cluster, host, instance) (rate(sglang:num_requests_total{{{s}}}[{w}]))')})\n"  # noqa: E501
          f"  / on (cluster, pool) (avg by (cluster, pool) ({_pool(f'sum by (cluster, host, instance) (rate(sglang:num_requests_total{{{s}}}[{w}]))')}) > 0)\n"  # noqa: E501
@@ -196,14 +241,10 @@ def signal_records(t: dict) -> list[tuple[str, str, str]]:
          + ' and on (cluster, pool) pool:sglang_pd_servers:count{pool="prefill"})\n'
          '     + sum by (cluster) (cluster:sglang_pd_transfer_failures:rate1m{kind=~"bootstrap|transfer"}) > 0)',  # noqa: E501
          "Share of the requests the prefill pool took whose handshake or KV transfer failed."),
-        ("cluster:sglang_pd_ttft_stage_seconds:avg1m",
-         f'sum by (cluster, stage) (rate(sglang:per_stage_req_latency_seconds_sum{{{s}, stage=~"{stages}"}}[1m]))\n'  # noqa: E501
-         f'  / (sum by (cluster, stage) (rate(sglang:per_stage_req_latency_seconds_count{{{s}, stage=~"{stages}"}}[1m])) > 0)',  # noqa: E501
-         "Mean time a request spends in each stage on its way to the first token: the TTFT "
-         "decomposition."),
-        ("cluster:smg_pd_ttft_seconds:avg1m",
-         f"sum by (cluster) (rate(smg_pd_ttft_seconds_sum{{{g}}}[1m]))\n"
-         f"  / (sum by (cluster) (rate(smg_pd_ttft_seconds_count{{{g}}}[1m])) > 0)",
+        ("cluster:sglang_pd_ttft_stage_seconds:avg1m", ttft_stage_means(t, "1m"),
+         "Mean time a request spends in each stage on its critical path to the first token "
+         "(the prefill server's queue time as `prefill_waiting`): the TTFT decomposition."),
+        ("cluster:smg_pd_ttft_seconds:avg1m", gateway_ttft_mean(t, "1m"),
          "The gateway's end-to-end TTFT (prefill start to the first decode token), mean over "
          "1 min."),
         ("cluster:sglang_pd_ttft_unexplained:ratio1m",
@@ -257,8 +298,7 @@ def state_records(t: dict) -> list[tuple[str, str, str]]:
         "the verdicts below pick by priority.")]
     deployment = "max by (cluster) (pool:sglang_pd_servers:count)"
     up = "sum by (cluster) (pool:sglang_pd_servers_up:count)"
-    busy = ("sum by (cluster) (pool:sglang_pd_running_requests:sum) + "
-            "sum by (cluster) (pool:sglang_pd_waiting_requests:sum)")
+    busy = f"sum by (cluster) ({BUSY})"
     base = {"unavailable": f"{up} == 0", "idle": f"({busy}) == 0", "healthy": f"{up} > 0"}
 
     def branch(state: str, expr: str) -> str:
@@ -277,9 +317,7 @@ def state_records(t: dict) -> list[tuple[str, str, str]]:
         own = [k for k in PD_PRIORITY if PD_STATE_POOL.get(k) == pool]
         if pool in ("prefill", "decode"):
             pool_up = f'sum by (cluster) (pool:sglang_pd_servers_up:count{{pool="{pool}"}})'
-            pool_busy = (f'sum by (cluster) (pool:sglang_pd_running_requests:sum{{pool="{pool}"}})'
-                         f' + sum by (cluster) (pool:sglang_pd_waiting_requests:sum'
-                         f'{{pool="{pool}"}})')
+            pool_busy = f'sum by (cluster) ({BUSY}{{pool="{pool}"}})'
             rest = [branch("unavailable", f"{pool_up} == 0"),
                     *(branch(k, in_state(k)) for k in own),
                     branch("idle", f"({pool_busy}) == 0"), branch("healthy", f"{pool_up} > 0")]

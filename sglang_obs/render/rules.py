@@ -316,6 +316,14 @@ def retractions_record(t: dict) -> str:
     return f"instance:sglang_retractions:increase{t['classification']['kv_retraction_window']}"
 
 
+def pd_explained(t: dict) -> str:
+    """`unless` clause of an alert that a PD deployment's slow state explains on its servers
+    (a failed KV transfer aborts the request on both sides)."""
+    w = t["symptom_explained_window"]
+    return ("unless on (cluster, instance) "
+            f"max_over_time(instance:sglang_pd_explained:bool[{w}]) == 1")
+
+
 def explained(t: dict, window: str | None = None) -> str:
     """`unless` clause of a symptom alert: silent while a saturation state of its server holds
     or held within the window (its state alert is the notification)."""
@@ -710,11 +718,14 @@ and on (cluster, instance, model_name) instance_model:sglang_requests:rate1h > {
         Alert(
             "SGLangRequestErrors",
             f"""
-(instance_model:sglang_aborted_requests:ratio_rate5m > {a['request_error_ratio']}
+((instance_model:sglang_aborted_requests:ratio_rate5m > {a['request_error_ratio']}
   and on (cluster, instance, model_name) instance_model:sglang_num_requests:rate5m > {a['request_error_floor_rps']})
 or on (cluster, instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_error_ratio']}
-  and on (cluster, instance) sum by (cluster, host, instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']})""",  # noqa: E501
-            "Aborted or 5xx requests above the threshold, with a traffic floor.",
+  and on (cluster, instance) sum by (cluster, host, instance) (rate(sglang:http_requests_total{{{s}, endpoint=~"{SERVING_ENDPOINTS}"}}[5m])) > {a['request_error_floor_rps']}))
+{pd_explained(t)}""",  # noqa: E501
+            "Aborted or 5xx requests above the threshold, with a traffic floor; on a PD server, "
+            "silent while its deployment's state explains them (its alert is the one "
+            "notification).",
             severity="warning", for_="5m", summary="SGLang requests are failing.",
             description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests "
                         "were aborted or answered 5xx over 5 minutes.",
@@ -722,7 +733,9 @@ or on (cluster, instance) (instance:sglang_http_5xx:ratio_rate5m > {a['request_e
                        "minutes (`instance_model:sglang_aborted_requests:ratio_rate5m`), or more "
                        f"than {a['request_error_ratio']} of responses on {endpoints} were 5xx "
                        "(`instance:sglang_http_5xx:ratio_rate5m`, SGLang 0.5.7+); both only "
-                       f"while the server handles > {a['request_error_floor_rps']} req/s"),
+                       f"while the server handles > {a['request_error_floor_rps']} req/s, "
+                       "and not on a PD server whose deployment is, or within "
+                       f"{t['symptom_explained_window']} was, in a slow state"),
         Alert(
             "SGLangCacheHitRateDrop",
             f"""
