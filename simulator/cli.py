@@ -150,6 +150,9 @@ def build_parser() -> OneLineParser:
                     help="simulated seconds per wall second (default 1)")
     pd.add_argument("--loop", action="store_true",
                     help="repeat the timeline instead of stopping after one pass")
+    pd.add_argument("--start-at", type=positive(float, 0, inclusive=True), default=0.0,
+                    metavar="SECONDS",
+                    help="start this far into the scenario (the model runs up to it first)")
     pd.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
     what = sub.add_parser(
@@ -250,6 +253,9 @@ def _pd(args) -> int:
         sc = pd_scenarios.load(args.scenario)
     except scenarios.ScenarioError as err:
         raise UsageError(f"--scenario: {err}") from None
+    if args.start_at >= sc.duration and not args.loop:
+        raise UsageError(f"--start-at: {args.start_at:g} s is past the scenario's end "
+                         f"({sc.duration:g} s)")
     engines = [f"prefill-{i}" for i in range(sc.prefill.count)] + \
               [f"decode-{i}" for i in range(sc.decode.count)]
     if args.port and args.port + len(engines) - 1 > 65535:
@@ -262,9 +268,11 @@ def _pd(args) -> int:
         flag = "--gateway-port" if err.port == args.gateway_port else "--port"
         raise Failure(f"{flag} {err.port}: cannot listen on {args.host}:{err.port} "
                       f"({err.strerror or err})") from None
-    dep = Deployment(sc, start_ts=time.time(), loop=args.loop,
+    dep = Deployment(sc, start_ts=time.time() - args.start_at, loop=args.loop,
                      instances={name: f"{args.host}:{port}"
                                 for name, port in zip(engines, bound[:-1], strict=True)})
+    if args.start_at > 0:
+        dep.advance(args.start_at)
     server.start(dep)
     for name, port in zip([*engines, "gateway"], bound, strict=True):
         log.info("serving %s of PD scenario %s (SGLang %s) on http://%s:%s", name, sc.name,

@@ -3,11 +3,13 @@ fault's notification reaches the receiver, how soon "resolved" follows the clear
 notifications one incident makes.
 
 Every scenario runs at once, each on a host of its own (a simulator, its GPU feed and an
-exporter), into one Prometheus with prometheus/prometheus.yml and the generated rules (15 s
-scrape and evaluation, 5 s for the exporters), one Alertmanager with alertmanager/alertmanager.yml,
-and the alert sink. Each simulator starts early enough that Prometheus records a healthy
-history first (decode contention is judged against the last hour's decode speed, so it needs
-minutes of it before the long generations begin). The run takes about 17 minutes.
+exporter; for a PD deployment, `sglang-sim pd`'s engines and gateway, one exporter watching the
+engines, and the deployment's own `cluster` label), into one Prometheus with
+prometheus/prometheus.yml and the generated rules (15 s scrape and evaluation, 5 s for the
+exporters), one Alertmanager with alertmanager/alertmanager.yml, and the alert sink. Each
+simulator starts early enough that Prometheus records a healthy history first (decode
+contention is judged against the last hour's decode speed, so it needs minutes of it before the
+long generations begin). The run takes about 20 minutes.
 
 The measurements go to docs/detection-e2e.json (with SGLANG_OBS_RECORD_E2E=1), which
 docs/detection.md quotes; otherwise the run is compared with the recorded one.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,7 +33,6 @@ import yaml
 
 from sglang_obs.core.settings import default as _settings
 from sglang_obs.generate import detection
-from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.tools.stack import _which
 
 from conftest import ROOT, require_binary
@@ -47,6 +49,11 @@ AFTER_CLEAR = 135  # seconds watched after the last clear: the resolve target an
 HOSTS = (("long-context-incident", 0), ("kv-exhaustion", 150), ("decode-contention", 150),
          ("scheduling-bottleneck", 150), ("crash-restart", 420), ("gpu-lost", 120),
          ("healthy", 60), ("idle-preallocated", 0), ("planned-restart", 300))
+# PD deployments (sglang-sim pd): one incident, and the healthy deployment for its whole run.
+# (pd-kv-transfer-bottleneck is not one: its "usual speed" is the median of the last hour, and a
+# run this short has too little healthy history before the link collapses.)
+PD_HOSTS = (("pd-circuit-open", 420), ("pd-healthy", 60))
+SINGLE_CLUSTER = "e2e"  # every single server's cluster label: every host of a fleet carries one
 # Seconds between this run and the recorded one: two runs start at different phases of the
 # evaluation and of Alertmanager's group flushes, so they differ by up to one of each.
 TOLERANCE = (detection.seconds(yaml.safe_load((ROOT / "alertmanager/alertmanager.yml")
@@ -65,10 +72,26 @@ class Host:
     procs: tuple = ()
     started_wall: float = 0.0  # wall time when the simulator was at `sim_started`
     sim_started: float = 0.0
+    gateway_port: int = 0  # a PD deployment's: its gateway, and its engines' ports
+    engine_ports: tuple = ()
+
+    @property
+    def pd(self) -> bool:
+        return self.scenario in detection.pd_scenario.available()
+
+    @property
+    def cluster(self) -> str:
+        """A PD deployment has a cluster label of its own: its pools are judged apart from the
+        other deployment's."""
+        return self.scenario if self.pd else SINGLE_CLUSTER
 
     @property
     def instance(self) -> str:
         return f"127.0.0.1:{self.sim_port}"
+
+    @property
+    def instances(self) -> set[str]:
+        return {f"127.0.0.1:{p}" for p in self.engine_ports} if self.pd else {self.instance}
 
     @property
     def exporter(self) -> str:
@@ -85,12 +108,23 @@ def _prometheus_config(hosts: list[Host], am_port: int, prom_port: int) -> dict:
         {"targets": [f"127.0.0.1:{am_port}"]}]
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     t = detection.rules.inputs()["selectors"]
-    jobs[t["exporter_job"]]["static_configs"] = [{"targets": [h.exporter for h in hosts]}]
+    jobs[t["exporter_job"]]["static_configs"] = [
+        {"targets": [h.exporter], "labels": {"cluster": h.cluster}} for h in hosts]
     sd = jobs[t["sglang_job"]]["http_sd_configs"]
     jobs[t["sglang_job"]]["http_sd_configs"] = [
         {**sd[0], "url": f"http://{h.exporter}/sd/sglang"} for h in hosts]
-    jobs["prometheus"]["static_configs"] = [{"targets": [f"127.0.0.1:{prom_port}"]}]
-    jobs["alertmanager"]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"]}]
+    jobs[t["sglang_job"]]["relabel_configs"] += [
+        {"source_labels": ["__meta_url"], "regex": f"http://{h.exporter}/sd/sglang",
+         "target_label": "cluster", "replacement": h.cluster} for h in hosts]
+    gateway = jobs[t["gateway_job"]]
+    del gateway["dns_sd_configs"]
+    gateway["static_configs"] = [{"targets": [f"127.0.0.1:{h.gateway_port}"],
+                                  "labels": {"cluster": h.cluster}} for h in hosts if h.pd]
+    # Every target has a cluster label, or SGLangHostClusterLabelMissing reports the one without.
+    jobs["prometheus"]["static_configs"] = [{"targets": [f"127.0.0.1:{prom_port}"],
+                                             "labels": {"cluster": SINGLE_CLUSTER}}]
+    jobs["alertmanager"]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"],
+                                               "labels": {"cluster": SINGLE_CLUSTER}}]
     return config
 
 
@@ -126,25 +160,43 @@ def run(tmp_path_factory):
                              f"127.0.0.1:{sink_port}", "--log-file",
                              str(work / "alerts.jsonl")], sink_log))
         _ready(f"http://127.0.0.1:{sink_port}/", procs[-1], sink_log)
-        hosts = [Host(name, at, free_port(), free_port(), free_port()) for name, at in HOSTS]
+        hosts = [Host(name, at, free_port(), free_port(), free_port())
+                 for name, at in HOSTS + PD_HOSTS]
         for h in hosts:  # the simulators first: each runs its model up to start_at
             log = work / f"sim-{h.scenario}.log"
-            procs.append(_start([str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario,
-                                 "--host", "127.0.0.1", "--port", str(h.sim_port),
-                                 "--gpu-feed-port", str(h.feed_port), "--no-stdout-log",
-                                 "--start-at", str(h.start_at)], log))
+            if h.pd:
+                h.gateway_port = h.feed_port
+                procs.append(_start([str(BIN / "sglang-sim"), "pd", "--scenario", h.scenario,
+                                     "--host", "127.0.0.1", "--port", "0", "--gateway-port",
+                                     str(h.gateway_port), "--start-at", str(h.start_at)], log))
+            else:
+                procs.append(_start([str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario,
+                                     "--host", "127.0.0.1", "--port", str(h.sim_port),
+                                     "--gpu-feed-port", str(h.feed_port), "--no-stdout-log",
+                                     "--start-at", str(h.start_at)], log))
             h.procs = (procs[-1],)
         for h in hosts:
             log = work / f"sim-{h.scenario}.log"
+            if h.pd:  # its engines' ports from its log; ready once the gateway answers
+                _ready(f"http://127.0.0.1:{h.gateway_port}/metrics", h.procs[0], log,
+                       timeout=180)
+                h.engine_ports = tuple(int(p) for p in re.findall(
+                    r"serving (?:prefill|decode)-\d+ of PD scenario \S+ \(SGLang [^)]*\) on "
+                    r"http://127\.0\.0\.1:(\d+)", log.read_text()))
+                assert h.engine_ports, log.read_text()[-800:]
+                h.sim_started, h.started_wall = h.start_at, time.time()
+                continue
             _ready(f"http://{h.instance}/health", h.procs[0], log, timeout=120)
             with urllib.request.urlopen(f"http://{h.instance}/sim/state", timeout=5) as resp:
                 h.sim_started, h.started_wall = json.load(resp)["sim_seconds"], time.time()
         for h in hosts:
             log = work / f"exporter-{h.scenario}.log"
+            sources = ([arg for i in sorted(h.instances) for arg in ("--sglang.url", f"http://{i}")]
+                       + ["--no-collector.nvml"] if h.pd else
+                       ["--sglang.url", f"http://{h.instance}", "--collector.nvml.simulator-feed",
+                        f"http://127.0.0.1:{h.feed_port}/sim/gpu"])
             procs.append(_start([str(BIN / "sglang-exporter"), "--web.listen-address",
-                                 h.exporter, "--no-collector.docker", "--sglang.url",
-                                 f"http://{h.instance}", "--collector.nvml.simulator-feed",
-                                 f"http://127.0.0.1:{h.feed_port}/sim/gpu"], log))
+                                 h.exporter, "--no-collector.docker", *sources], log))
             _ready(f"http://{h.exporter}/metrics", procs[-1], log)
         am_config = (ROOT / "alertmanager/alertmanager.yml").read_text().replace(
             "http://alert-sink:9095", f"http://127.0.0.1:{sink_port}")
@@ -165,12 +217,12 @@ def run(tmp_path_factory):
         _ready(f"http://127.0.0.1:{prom_port}/-/ready", procs[-1], prom_log)
 
         def last_clear(h: Host) -> float:
-            ends = [t.end for t in scenarios.load(h.scenario).truth
-                    if t.cls in detection.CLASS_ALERT and t.end < scenarios.load(
-                        h.scenario).duration]
+            sc = detection.load_scenario(h.scenario)
+            ends = [t.end for t in sc.truth
+                    if t.cls in detection.CLASS_ALERT and t.end < sc.duration]
             return h.wall(max(ends)) if ends else 0.0
         until = max(max(last_clear(h) for h in hosts),
-                    max(h.wall(max(t.start for t in scenarios.load(h.scenario).truth))
+                    max(h.wall(max(t.start for t in detection.load_scenario(h.scenario).truth))
                         for h in hosts) + 2 * detection.NOTIFY_WITHIN_SECONDS) + AFTER_CLEAR
         while time.time() < until:
             for p in procs:
@@ -202,9 +254,10 @@ def measure(h: Host, entries: list[dict], watched_until: float) -> list[dict]:
     """One row per fault window of the host's scenario (one row for a quiet scenario). The
     notification counts are per incident, over its span."""
     mine = [e for e in entries if e["labels"].get("alertname") != "Watchdog"
-            and (e["labels"].get("instance") in (h.instance, h.exporter)
-                 or e["labels"].get("host") == h.exporter)]
-    sc = scenarios.load(h.scenario)
+            and (e["labels"].get("instance") in h.instances | {h.exporter}
+                 or e["labels"].get("host") == h.exporter
+                 or h.pd and e["labels"].get("cluster") == h.cluster)]
+    sc = detection.load_scenario(h.scenario)
 
     def counts(since: float, until: float) -> dict:
         """Deliveries that bring news (an alert firing that the group's previous delivery did

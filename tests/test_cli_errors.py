@@ -241,6 +241,8 @@ TABLE = [
     ("sglang-sim", "list", ["list", "extra"], USAGE, ["extra"]),
     ("sglang-sim", "pd", ["pd", "--port", "http"], USAGE, ["--port", "http"]),
     ("sglang-sim", "pd", ["pd", "--scenario", "pd-nope"], USAGE, ["--scenario", "pd-nope"]),
+    ("sglang-sim", "pd", ["pd", "--start-at", "99999"], USAGE, ["--start-at", "99999"]),
+    ("sglang-sim", "pd", ["pd", "--start-at", "-1"], USAGE, ["--start-at", "-1"]),
     ("sglang-sim", "pd", ["pd", "--scenario", "{file}"], USAGE, ["--scenario", "{file}"]),
     ("sglang-sim", "pd", ["pd", "--port", "0", "--gateway-port", "{busy}"], FAILURE,
      ["--gateway-port", "{busy}"]),

@@ -139,3 +139,15 @@ def test_data_links_open_generated_dashboards_with_the_series_labels():
                 if "instance" in labels:  # only per-server series carry it
                     assert all(t["expr"].startswith("instance:") for t in p["targets"]), link
     assert found >= 4
+
+
+def test_docs_show_each_pd_dashboard_on_its_incident():
+    """docs/pd.md shows the pictures `make generate` draws (sglang_obs/generate/examples.py)."""
+    from sglang_obs.generate.examples import PD_PICTURES
+
+    shown = set(re.findall(r"!\[[^\]]*\]\((images/[^)]+\.png)\)",
+                           (ROOT / "docs/pd.md").read_text()))
+    assert {uid for uid, _, _ in PD_PICTURES} == {"sglang-pd", "sglang-gateway"}
+    for _, _, name in PD_PICTURES:
+        assert f"images/{name}" in shown, name
+        assert (ROOT / "docs/images" / name).stat().st_size > 10_000, name

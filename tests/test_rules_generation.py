@@ -136,8 +136,9 @@ def detections():
     require_binary("promtool")
     # The same renders as the ground-truth checks of test_simulator_scenarios.py: done once.
     step = detection.step_seconds(S)
-    return [detection.detect(name, S, rendered(name, step=step, poll_interval=5.0))
-            for name in detection.scenarios.available()]
+    return ([detection.detect(name, S, rendered(name, step=step, poll_interval=5.0))
+             for name in detection.scenarios.available()]
+            + [detection.detect(name, S) for name in detection.pd_scenario.available()])
 
 
 @pytest.mark.slow  # `detections`: every scenario rendered and evaluated by promtool (minutes)
@@ -185,9 +186,10 @@ def test_healthy_and_idle_windows_fire_nothing(detections):
              for i, t in enumerate(d.truth) if t.cls in detection.QUIET_CLASSES]
     assert len(quiet) >= 4
     assert all(not fired for _, _, fired in quiet), quiet
+    assert any(d.pd for d in detections if d.scenario in {s for s, _, _ in quiet})
     idle = next(d for d in detections if d.scenario == "idle-preallocated")
     assert set(idle.first_fired) == {"Watchdog"}
-    for name in detection.quiet_scenarios():
+    for name in detection.quiet_scenarios() + detection.quiet_scenarios(pd=True):
         d = next(d for d in detections if d.scenario == name)
         assert set(d.first_fired) == {"Watchdog"}, (name, d.first_fired)
 
@@ -196,14 +198,44 @@ def test_healthy_and_idle_windows_fire_nothing(detections):
 def test_each_sustain_is_longer_than_its_state_ever_holds_on_a_quiet_scenario(detections):
     budgets = detection.budgets(S)
     quiet = [d for d in detections if d.longest_runs]
-    assert {d.scenario for d in quiet} == set(detection.quiet_scenarios())
-    alert_of = {"unavailable": "SGLangServerDown",
-                **{s: detection.CLASS_ALERT[s] for s in rules.SATURATION_STATES}}
+    assert {d.scenario for d in quiet} == set(detection.quiet_scenarios()
+                                              + detection.quiet_scenarios(pd=True))
+    assert {s for d in quiet if d.pd for s in d.longest_runs} == set(
+        detection.PD_GUARDED_STATES)
+    alert_of = {"unavailable": "SGLangServerDown", **detection.CLASS_ALERT}
     for d in quiet:
         for state, run in d.longest_runs.items():
             held = (run - 1) * detection.step_seconds(S) if run else None
             assert run < detection.MAX_RUN, (d.scenario, state)
             assert held is None or held < budgets[alert_of[state]].sustain, (d.scenario, state)
+
+
+@pytest.mark.slow
+def test_each_pd_incident_notifies_with_its_own_alert_and_nothing_else(detections):
+    """A PD deployment's incident is one notification: its state's alert, none of the
+    per-server symptoms its state explains (docs/alerting.md)."""
+    pd = [d for d in detections if d.pd]
+    assert {d.scenario for d in pd} == set(detection.pd_scenario.available())
+    assert {t.cls for d in pd for t in d.truth} >= set(detection.pd_rules.ALERTS)
+    for d in pd:
+        expected = {detection.CLASS_ALERT[t.cls] for t in d.truth
+                    if t.cls in detection.CLASS_ALERT}
+        assert set(d.first_fired) - detection.ALWAYS_FIRING == expected, d.scenario
+
+
+@pytest.mark.slow
+def test_the_pd_ttft_decomposition_closes_on_every_pd_scenario(detections):
+    """Over the whole run and over each ground-truth window, the stages on the critical path
+    explain the gateway's TTFT to within 10 %; the 1-min record is measured and shown."""
+    pd = [d for d in detections if d.pd]
+    for d in pd:
+        values = [d.ttft_unexplained_run, *d.ttft_unexplained_windows]
+        assert len(values) == len(d.truth) + 1
+        assert all(v is not None and abs(v) <= detection.TTFT_UNEXPLAINED_RATIO
+                   for v in values), (d.scenario, values)
+        assert d.ttft_unexplained_minute_max is not None, d.scenario
+    healthy = next(d for d in pd if d.scenario == "pd-healthy")
+    assert healthy.ttft_unexplained_minute_max <= detection.TTFT_UNEXPLAINED_RATIO
 
 
 def test_time_budget_is_read_from_the_shipped_files():

@@ -24,10 +24,12 @@ from pathlib import Path
 import yaml
 
 from sglang_obs.core.settings import Settings
-from sglang_obs.core.states import STATES
+from sglang_obs.core.states import PD_STATES, STATES
 from sglang_obs.generate import promtool_eval
-from sglang_obs.render import rules
+from sglang_obs.render import pd_rules, rules
+from sglang_obs.simulator import pd_scenario
 from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.pd_render import render_pd
 from sglang_obs.simulator.render import Rendered, render
 
 DOC = "detection.md"  # in docs/
@@ -45,21 +47,39 @@ CLASS_ALERT = {
     "kv_capacity": "SGLangKVCachePressure",
     "scheduling_bottleneck": "SGLangSchedulingBottleneck",
     "gpu_lost": "GPULost",
+    **pd_rules.ALERTS,  # a PD deployment's states (docs/pd.md)
 }
 QUIET_CLASSES = ("healthy", "idle")
 ALWAYS_FIRING = {"Watchdog"}
 # The states whose alert a quiet scenario must never reach: their longest quiet run bounds the
 # sustain from below.
 GUARDED_STATES = ("unavailable", *rules.SATURATION_STATES)
+PD_GUARDED_STATES = pd_rules.SATURATION
+# The TTFT decomposition must explain the gateway's TTFT to within this share on every PD
+# scenario (cluster:sglang_pd_ttft_unexplained:ratio1m), once requests have flowed this long.
+TTFT_UNEXPLAINED_RATIO = 0.10
+TTFT_WARM_UP_SECONDS = 120
 MAX_RUN = 12  # evaluations: runs are counted up to this length
 
 _SAMPLE = re.compile(r"\{([^}]*)\} ([-+0-9.eE]+|NaN)")
 
 
-def quiet_scenarios() -> list[str]:
-    """Scenarios whose whole ground truth is healthy or idle: nothing may notify on them."""
-    return [n for n in scenarios.available()
-            if (t := scenarios.load(n).truth) and all(w.cls in QUIET_CLASSES for w in t)]
+def available() -> list[str]:
+    """Every shipped scenario: single servers, then PD deployments."""
+    return scenarios.available() + pd_scenario.available()
+
+
+def load_scenario(name: str):
+    """A shipped scenario by name: a PD deployment's or a single server's."""
+    return pd_scenario.load(name) if name in pd_scenario.available() else scenarios.load(name)
+
+
+def quiet_scenarios(pd: bool = False) -> list[str]:
+    """Scenarios (PD deployments with `pd`) whose whole ground truth is healthy or idle:
+    nothing may notify on them."""
+    names = pd_scenario.available() if pd else scenarios.available()
+    return [n for n in names
+            if (t := load_scenario(n).truth) and all(w.cls in QUIET_CLASSES for w in t)]
 
 
 # -- the time budget ----------------------------------------------------------------------------
@@ -123,7 +143,13 @@ def budgets(s: Settings) -> dict[str, Budget]:
                                                         prom["global"]["scrape_interval"])
     evaluation = seconds(prom["global"]["evaluation_interval"])
     # A state alert's sustain is its for: plus a window over the state (rules.state_expr).
-    state_sustain = {CLASS_ALERT[k]: seconds(t["sustain"][k]) for k in rules.SATURATION_STATES}
+    state_sustain = {CLASS_ALERT[k]: seconds(t["sustain"][k])
+                     for k in (*rules.SATURATION_STATES, *pd_rules.SATURATION)}
+    # A PD state reads SGLang's and the gateway's own series, scraped at their jobs' intervals.
+    pd_scrape = max(seconds(jobs[t["selectors"][k]].get("scrape_interval",
+                                                        prom["global"]["scrape_interval"]))
+                    for k in ("sglang_job", "gateway_job"))
+    pd_alerts = set(pd_rules.ALERTS.values())
     out = {}
     for path in promtool_eval.rule_files(s):
         for group in yaml.safe_load(path.read_text())["groups"]:
@@ -131,8 +157,9 @@ def budgets(s: Settings) -> dict[str, Budget]:
                 if r.get("alert") not in CLASS_ALERT.values():
                     continue
                 route = _route_for(r["labels"]["severity"], am)
+                scrape = pd_scrape if r["alert"] in pd_alerts else seconds(exporter)
                 out[r["alert"]] = Budget(
-                    r["alert"], r["labels"]["severity"], seconds(exporter), evaluation,
+                    r["alert"], r["labels"]["severity"], scrape, evaluation,
                     state_sustain.get(r["alert"], seconds(r.get("for", "0s"))),
                     seconds(route["group_wait"]),
                     seconds(r.get("keep_firing_for", "0s")), seconds(route["group_interval"]))
@@ -156,6 +183,13 @@ class Detection:
     longest_runs: dict[str, int] = field(default_factory=dict)
     end: float = 0.0
     step: int = 0  # seconds between evaluations
+    pd: bool = False  # a PD deployment's scenario
+    # PD: the share of the gateway's mean TTFT the stages leave unexplained, over the whole run
+    # and over each truth window (pd_rules.ttft_unexplained), and the largest magnitude of the
+    # recorded 1-min ratio after TTFT_WARM_UP_SECONDS.
+    ttft_unexplained_run: float | None = None
+    ttft_unexplained_windows: list = field(default_factory=list)
+    ttft_unexplained_minute_max: float | None = None
 
     def latency(self, index: int) -> float | None:
         fired = self.per_window[index]
@@ -177,8 +211,24 @@ def _labels(text: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', text))
 
 
-def _parse_got(output: str, expr: str) -> list[tuple[dict[str, str], float]]:
-    block = output.split(f'expr: "{expr}"', 1)
+def _promtool_time(seconds: int) -> str:
+    """An evaluation time as promtool prints it (Prometheus's duration: 0s, 15s, 10m, 1h15s)."""
+    if not seconds:
+        return "0s"
+    parts, rest = [], seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        n, rest = divmod(rest, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts)
+
+
+def _parse_got(output: str, expr: str, at: int | None = None
+               ) -> list[tuple[dict[str, str], float]]:
+    """promtool's samples for `expr` (escaped as promtool prints it), at eval time `at` when the
+    same expression is evaluated at several."""
+    when = "" if at is None else f", time: {_promtool_time(at)},"
+    block = output.split(f'expr: "{expr}"{when}', 1)
     if len(block) < 2:
         return []  # promtool passed: nothing matched
     got = block[1].split("got:", 1)[1].split("\n", 1)[0]
@@ -209,32 +259,45 @@ def _window_exprs(truth: list[scenarios.Truth], crashes: bool, end: int, step: i
     return out + last
 
 
-def _run_exprs(end: int, step: int) -> list[tuple[str, int]]:
+def _run_exprs(end: int, step: int, pd: bool = False) -> list[tuple[str, int]]:
     """For each guarded state and n evaluations: the most evaluations of that state within any
     n consecutive ones. The longest run is the largest n that is all of them."""
-    return [(f"max_over_time(count_over_time((instance:sglang_state:code == "
-             f"{STATES.index(state)})[{n * step - 1}s:{step}s])[{end}s:{step}s])", end)
-            for state in GUARDED_STATES for n in range(1, MAX_RUN + 1)]
+    code, states, guarded = ((pd_rules.CLUSTER_CODE, PD_STATES, PD_GUARDED_STATES) if pd
+                             else ("instance:sglang_state:code", STATES, GUARDED_STATES))
+    return [(f"max_over_time(count_over_time(({code} == "
+             f"{states.index(state)})[{n * step - 1}s:{step}s])[{end}s:{step}s])", end)
+            for state in guarded for n in range(1, MAX_RUN + 1)]
 
 
 def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s: Settings,
-             crashes: bool = False, runs: bool = False) -> Detection:
+             crashes: bool = False, runs: bool = False, pd: bool = False) -> Detection:
     series = _input_series(rendered)
     step = int(rendered.step)
     end = int(rendered.steps - 1) * step
     window = f"{end}s:{step}s"
     fired_expr = f'min_over_time(timestamp(ALERTS{{alertstate="firing"}})[{window}])'
-    state_expr = f"count_over_time(instance:sglang_state:class[{window}])"
+    state_series = "cluster:sglang_pd_state:class" if pd else "instance:sglang_state:class"
+    state_expr = f"count_over_time({state_series}[{window}])"
     windows = _window_exprs(truth, crashes, end, step)
-    run_exprs = _run_exprs(end, step) if runs else []
-    exprs = [(fired_expr, end), (state_expr, end)] + windows + run_exprs
+    run_exprs = _run_exprs(end, step, pd) if runs else []
+    guarded = PD_GUARDED_STATES if pd else GUARDED_STATES
+    ttft_exprs = []
+    if pd:
+        t = rules.inputs(s)
+        ratio = "cluster:sglang_pd_ttft_unexplained:ratio1m"
+        settled = f"{end - TTFT_WARM_UP_SECONDS}s:{step}s"
+        ttft_exprs = [(f"max_over_time(abs({ratio})[{settled}])", end),
+                      (pd_rules.ttft_unexplained(t, f"{end}s"), end)]
+        ttft_exprs += [(pd_rules.ttft_unexplained(t, f"{int(w.end - w.start)}s"),
+                        min(int(w.end), end)) for w in truth]
+    exprs = [(fired_expr, end), (state_expr, end)] + windows + run_exprs + ttft_exprs
     output = promtool_eval.evaluate(series, [(e, min(at, end)) for e, at in exprs], step,
                                     workdir, s, "detection")
 
-    def got(expr):
-        return _parse_got(output, expr.replace('"', '\\"'))
+    def got(expr, at=None):
+        return _parse_got(output, expr.replace('"', '\\"').replace("\n", "\\n"), at)
 
-    d = Detection("", truth=truth, end=float(end), step=step)
+    d = Detection("", truth=truth, end=float(end), step=step, pd=pd)
     for labels, value in got(fired_expr):
         name = labels["alertname"]
         d.first_fired[name] = min(d.first_fired.get(name, value), value)
@@ -251,7 +314,11 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
     by_window = iter(max((v for _, v in got(expr)), default=None) for expr, _ in last)
     d.last_fired = [next(by_window) if CLASS_ALERT.get(t.cls) else None for t in truth]
     assert len(alerting) == len(last)
-    for i, state in enumerate(GUARDED_STATES):
+    if pd:
+        values = [next((v for _, v in got(expr, at)), None) for expr, at in ttft_exprs]
+        d.ttft_unexplained_minute_max, d.ttft_unexplained_run = values[:2]
+        d.ttft_unexplained_windows = values[2:]
+    for i, state in enumerate(guarded):
         longest = 0
         for n in range(1, MAX_RUN + 1):
             expr = run_exprs[i * MAX_RUN + n - 1][0] if runs else None
@@ -276,13 +343,16 @@ def detect(name: str, s: Settings, rendered: Rendered | None = None) -> Detectio
     """Scenario `name` rendered (or as `rendered`, the same render done by the caller:
     step_seconds(s), poll interval 5 s, start 0) and evaluated with the configuration's rule
     files."""
-    sc = scenarios.load(name)
-    if rendered is None:
+    sc = load_scenario(name)
+    pd = isinstance(sc, pd_scenario.PdScenario)
+    if rendered is None and pd:
+        rendered = render_pd(sc, step=step_seconds(s), poll_interval=5.0, start=0.0)
+    elif rendered is None:
         rendered = render(sc, step=step_seconds(s), poll_interval=5.0, start=0.0)
     with tempfile.TemporaryDirectory() as tmp:
         crashes = any(f.kind == "crash" for f in sc.faults)
         d = evaluate(rendered, list(sc.truth), Path(tmp), s, crashes,
-                     runs=name in quiet_scenarios())
+                     runs=name in quiet_scenarios(pd), pd=pd)
     d.scenario = name
     return d
 
@@ -311,13 +381,12 @@ def _budget_table(b: dict[str, Budget]) -> list[str]:
     return lines
 
 
-def _runs_table(results: list[Detection], b: dict[str, Budget]) -> list[str]:
-    quiet = [r for r in results if r.longest_runs]
-    alert_of = {"unavailable": "SGLangServerDown",
-                **{s: CLASS_ALERT[s] for s in rules.SATURATION_STATES}}
+def _runs_table(results: list[Detection], b: dict[str, Budget], pd: bool = False) -> list[str]:
+    quiet = [r for r in results if r.longest_runs and r.pd == pd]
+    alert_of = {"unavailable": "SGLangServerDown", **CLASS_ALERT}
     lines = ["| state | alert | sustain | " + " | ".join(f"held in `{r.scenario}`" for r in quiet)
              + " | rejected |", "|---|---|---|" + "---|" * len(quiet) + "---|"]
-    for state in GUARDED_STATES:
+    for state in PD_GUARDED_STATES if pd else GUARDED_STATES:
         sustain = b[alert_of[state]].sustain
         held = [(r.longest_runs[state] - 1) * r.step if r.longest_runs[state] else None
                 for r in quiet]
@@ -353,6 +422,28 @@ def _promtool_table(results: list[Detection], b: dict[str, Budget]) -> list[str]
                 resolved_text = _fmt(resolved) if resolved is not None else "NOT RESOLVED"
             lines.append(f"| `{r.scenario}` | {span} | {alert} | {_fmt(latency)} "
                          f"| {_fmt(notify)} | {resolved_text} | {verdict} |")
+    return lines
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
+def _ttft_table(results: list[Detection]) -> list[str]:
+    lines = ["| scenario | whole run | each ground-truth window | worst 1-min ratio after "
+             f"{TTFT_WARM_UP_SECONDS} s | closes within {TTFT_UNEXPLAINED_RATIO:.0%} |",
+             "|---|---|---|---|---|"]
+    for r in results:
+        if not r.pd:
+            continue
+        windows = ", ".join(f"{t.cls} {_ratio(v)}"
+                            for t, v in zip(r.truth, r.ttft_unexplained_windows, strict=True))
+        closes = all(v is not None and abs(v) <= TTFT_UNEXPLAINED_RATIO
+                     for v in (r.ttft_unexplained_run, *r.ttft_unexplained_windows))
+        minute = r.ttft_unexplained_minute_max
+        lines.append(f"| `{r.scenario}` | {_ratio(r.ttft_unexplained_run)} | {windows} "
+                     f"| {'—' if minute is None else f'{minute:.1%}'} "
+                     f"| {'yes' if closes else 'NO'} |")
     return lines
 
 
@@ -392,7 +483,8 @@ def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> 
         f"receiver within {NOTIFY_WITHIN_SECONDS} s of its onset, \"resolved\" within "
         f"{RESOLVE_WITHIN_SECONDS} s of the condition",
         "clearing, one notification per incident per server, and nothing at all on the quiet",
-        "scenarios (" + ", ".join(f"`{n}`" for n in quiet_scenarios()) + ").",
+        "scenarios (" + ", ".join(f"`{n}`" for n in quiet_scenarios() + quiet_scenarios(True))
+        + ").",
         "How the alerts are grouped and why symptoms stay silent: [alerting.md](alerting.md).",
         "",
         "## The time budget",
@@ -414,6 +506,10 @@ def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> 
         "",
         *_runs_table(results, b),
         "",
+        "The same for a PD deployment's states (docs/pd.md) on its quiet scenario:",
+        "",
+        *_runs_table(results, b, pd=True),
+        "",
         "## Every scenario, evaluated by promtool",
         "",
         f"Rendered at a {step} s step and evaluated with the shipped rule files. *Fired after",
@@ -422,6 +518,20 @@ def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> 
         "the restart alerts that report it are not counted as false.",
         "",
         *_promtool_table(results, b),
+        "",
+        "## The PD TTFT decomposition closes",
+        "",
+        "The gateway's mean TTFT against the sum of the mean time in each stage on a PD",
+        "request's critical path (" + ", ".join(f"`{x}`" for x in pd_rules.TTFT_STAGES) + "),",
+        "as a share of the TTFT left unexplained (`pd_rules.ttft_unexplained`, the definition",
+        "of `cluster:sglang_pd_ttft_unexplained:ratio1m` over any window); negative when the",
+        "stages add up to more. Over the whole run and over each ground-truth window it closes",
+        f"within {TTFT_UNEXPLAINED_RATIO:.0%}. The recorded ratio is a 1-min view: each stage is",
+        "observed when it ends, so while requests take longer than a minute from their",
+        "bootstrap to their first token (a backlog that builds or drains) one minute's stages",
+        "and its first tokens belong to different requests, and that minute reads far from 0.",
+        "",
+        *_ttft_table(results),
         "",
         "## Measured end to end",
         "",

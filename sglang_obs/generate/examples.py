@@ -2,6 +2,8 @@
 
 - docs/images/overview-long-context-incident.png and overview-healthy.png: the overview
   dashboard drawn by render-dashboard for the seed 000 incident and a healthy server;
+- docs/images/pd-overview-kv-transfer-bottleneck.png and pd-gateway-circuit-open.png: the PD
+  deployment's dashboards on the incidents they explain (docs/pd.md);
 - docs/examples/snapshot-long-context-incident/: `sglang-obs snapshot` of the incident (report,
   CSV, JSON and its chart), backfilled with its ALERTS series.
 
@@ -29,6 +31,18 @@ def overviews(images: Path, s: Settings) -> list[Path]:
     overview = s.dashboards_dir / "sglang-overview.json"
     return [render_pngs(name, [(overview, images / f"overview-{name}.png")], end=END, s=s)[0]
             for name in (INCIDENT, "healthy")]
+
+
+# (dashboard, scenario, picture): the PD dashboards on the incidents they explain.
+PD_PICTURES = (("sglang-pd", "pd-kv-transfer-bottleneck", "pd-overview-kv-transfer-bottleneck.png"),
+               ("sglang-gateway", "pd-circuit-open", "pd-gateway-circuit-open.png"))
+
+
+def pd_dashboards(images: Path, s: Settings) -> list[Path]:
+    """Each PD_PICTURES picture, into `images`."""
+    return [render_pngs(scenario, [(s.dashboards_dir / f"{uid}.json", images / name)],
+                        end=END, s=s)[0]
+            for uid, scenario, name in PD_PICTURES]
 
 
 def snapshot_pack(out: Path, s: Settings) -> None:

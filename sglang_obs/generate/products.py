@@ -130,9 +130,8 @@ def kubernetes_sources(s: Settings):
 
 def detection(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import detection as d
-    from sglang_obs.simulator import scenario as scenarios
 
-    results = [d.detect(n, s) for n in scenarios.available()]
+    results = [d.detect(n, s) for n in d.available()]
     e2e = d.load_e2e(s.docs_dir / d.E2E_RESULTS)
     return {s.docs_dir / d.DOC: d.markdown(results, s, e2e)}, []
 
@@ -189,6 +188,7 @@ def examples(s: Settings) -> tuple[Files, Owned]:
         images, pack = Path(tmp) / "images", Path(tmp) / "pack"
         images.mkdir()
         e.overviews(images, s)
+        e.pd_dashboards(images, s)
         e.snapshot_pack(pack, s)
         snapshot = s.docs_dir / "examples" / f"snapshot-{e.INCIDENT}"
         return ({**_read_tree(images, s.docs_dir / "images"), **_read_tree(pack, snapshot)},
@@ -250,7 +250,8 @@ PRODUCTS = (
             compatibility),
     Product("detection", "docs/detection.md: every scenario's alerts through promtool", detection),
     Product("fleet-timing", "docs/fleet.md's onset-to-page budget", fleet_timing),
-    Product("examples", "docs/images/overview-*.png and the example snapshot pack", examples,
+    Product("examples", "docs/images/overview-*.png, the PD pictures and the example snapshot pack",
+            examples,
             why_unchecked="rendered pictures and a snapshot of a backfilled Prometheus"),
     Product("compare-example", "docs/compare.md's worked example", compare_example,
             why_unchecked="two backfills may classify a step at a state's edge differently; "
