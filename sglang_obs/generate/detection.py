@@ -426,7 +426,10 @@ def _promtool_table(results: list[Detection], b: dict[str, Budget]) -> list[str]
 
 
 def _ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.1%}"
+    # A share under 0.05 % is 0, unsigned: its sign is rounding noise that flips between runs.
+    if value is None:
+        return "—"
+    return "0.0%" if abs(value) < 0.0005 else f"{value:+.1%}"
 
 
 def _ttft_table(results: list[Detection]) -> list[str]:
