@@ -38,4 +38,5 @@ def test_a_pool_that_serves_requests_is_not_idle(backfilled, pool):
     assert len(codes) > 100
     idle = codes.count(PD_STATES.index("idle"))
     healthy = codes.count(PD_STATES.index("healthy"))
-    assert idle == 0 and healthy == len(codes), (pool, idle, len(codes))
+    assert idle == 0, (pool, idle, len(codes))
+    assert healthy == len(codes), (pool, healthy, len(codes))
