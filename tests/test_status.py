@@ -23,6 +23,7 @@ from sglang_obs.exporter.poller import PollSettings, Snapshot, TargetPoller
 from sglang_obs.exporter.queue_run import QueueRunState
 from sglang_obs.exporter.sglang_api import PD_QUEUES, PdLoad, ServerConfig
 from sglang_obs.exporter.status import (
+    PD_FIELDS,
     PRIORITY,
     Classification,
     Signals,
@@ -62,7 +63,8 @@ def snapshot(server="s:1", up=True, polls=1, **derived) -> Snapshot:
 
 # -- one classification --------------------------------------------------------------------------
 def test_classification_reads_every_threshold_of_the_shipped_file_and_nothing_else():
-    shipped = yaml.safe_load(default_thresholds_file().read_text())["classification"]
+    doc = yaml.safe_load(default_thresholds_file().read_text())
+    shipped = {**doc["classification"], **{k: doc["pd"][k] for k in PD_FIELDS}}
     assert {f.name for f in fields(Classification)} == set(shipped)
     assert {f.name: getattr(C, f.name) for f in fields(Classification)} == {
         k: detection.seconds(v) if k == "kv_retraction_window" else float(v)
