@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 COLON_PREFIX = "sglang:"
@@ -208,6 +209,19 @@ def _unescape(value: str) -> str:
     if "\\" not in value:
         return value
     return _ESCAPE.sub(lambda m: _UNESCAPED[m.group(0)], value)
+
+def samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(name, label values, value) of each sample line of a whole exposition read in full, as a
+    scraper stores it: for a text the caller trusts (the simulator's own); ValueError on a line
+    that is not a sample."""
+    for line in text.splitlines():
+        try:
+            read = _read_line(line)
+        except _Malformed:
+            raise ValueError(f"not a sample line: {line[:80]!r}") from None
+        if read is not None:
+            name, labels, value = read
+            yield name, {k: _unescape(v) for k, v in labels.items()}, value
 
 class _Malformed(Exception):
     """A non-comment line that is not a readable sample."""

@@ -21,12 +21,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
-from prometheus_client.utils import floatToGoString
 
 from sglang_obs.simulator import endpoints, shapes
 from sglang_obs.simulator.exposition import P, SimCollector, _add_histogram
 from sglang_obs.simulator.model import Histogram
 from sglang_obs.simulator.pd import KV_HISTOGRAMS, Deployment, Engine
+from sglang_obs.simulator.plain_text import family_text
 from sglang_obs.simulator.profiles import Profile
 
 log = logging.getLogger("sglang_obs.simulator")
@@ -152,48 +152,6 @@ def _gauge_like(family, value: float) -> GaugeMetricFamily:
 
 
 # -- the text of /metrics -----------------------------------------------------------------------
-def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
-
-
-_LABELS: dict[tuple, str] = {}  # label sets repeat scrape after scrape: written once each
-
-
-def _label_text(labels: dict[str, str]) -> str:
-    key = tuple(labels.items())
-    text = _LABELS.get(key)
-    if text is None:
-        if len(_LABELS) > 100_000:
-            _LABELS.clear()
-        text = _LABELS[key] = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-    return text
-
-
-def _value_text(value: float) -> str:
-    value = float(value)
-    # floatToGoString is repr() below 1e6 (it switches to Go's exponent form above).
-    return repr(value) if -1e6 < value < 1e6 else floatToGoString(value)
-
-
-def family_text(metric) -> str:
-    """One family as prometheus_client's generate_latest writes it (text format 0.0.4, names
-    in the legacy character set: tests/test_simulator_pd.py holds the two equal)."""
-    mname, mtype = metric.name, metric.type
-    if mtype == "counter":
-        mname += "_total"
-    elif mtype == "gaugehistogram":
-        mtype = "histogram"
-    elif mtype == "unknown":
-        mtype = "untyped"
-    doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-    out = [f"# HELP {mname} {doc}\n# TYPE {mname} {mtype}\n"]
-    for s in metric.samples:
-        labels = _label_text(s.labels) if s.labels else ""
-        out.append(f"{s.name}{{{labels}}} {_value_text(s.value)}\n" if labels
-                   else f"{s.name} {_value_text(s.value)}\n")
-    return "".join(out)
-
-
 class MetricsText:
     """An engine's /metrics text, its constant families written once."""
 

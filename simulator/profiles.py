@@ -7,9 +7,11 @@ reference's "since" column.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
+@functools.cache  # asked on every scrape of every family
 def _version(text: str) -> tuple[int, ...]:
     parts = text.replace(".post", ".").split(".")
     return tuple(int(p) for p in parts) + (0,) * (4 - len(parts))

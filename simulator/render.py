@@ -24,7 +24,6 @@ from pathlib import Path
 
 import yaml
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_obs.core import settings
 from sglang_obs.core.sglang import EXPORTER_ADDRESS, SGLANG_PORT
@@ -45,6 +44,7 @@ from sglang_obs.exporter.log_stats import LogStats
 from sglang_obs.exporter.nvml import NvmlBackend
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.request_records import RequestStats
+from sglang_obs.exporter.sglang_exposition import samples as exposition_samples
 from sglang_obs.exporter.sglang_log import parse_line
 from sglang_obs.exporter.xid import XidWatcher
 from sglang_obs.simulator.logs import format_event
@@ -278,9 +278,8 @@ def _collect_native(sim: Simulation, app, out: Rendered, index: int, instance: s
     out.add("up", target, index, 1.0 if sim.up else 0.0)
     if not sim.up:
         return
-    for family in text_string_to_metric_families(_metrics_text(app)):
-        for sample in family.samples:
-            out.add(sample.name, {**sample.labels, **target}, index, sample.value)
+    for name, labels, value in exposition_samples(_metrics_text(app)):
+        out.add(name, {**labels, **target}, index, value)
 
 
 def _collect_exporter(registry: CollectorRegistry, out: Rendered, index: int) -> None:

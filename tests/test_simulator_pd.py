@@ -24,8 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_obs.core.states import PD_STATES
 from sglang_obs.simulator import pd_scenario
 from sglang_obs.simulator.pd import Deployment
-from sglang_obs.simulator.pd_exposition import PdCollector, engine_app, family_text, loads
+from sglang_obs.simulator.pd_exposition import PdCollector, engine_app, loads
 from sglang_obs.simulator.pd_render import render_pd
+from sglang_obs.simulator.plain_text import family_text
 from sglang_obs.simulator.scenario import ScenarioError
 
 from conftest import ROOT

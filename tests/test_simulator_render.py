@@ -1,17 +1,25 @@
 """`sglang-sim render`: series a real Prometheus backfills and promtool tests accept; the CLI."""
 
+import io
 import logging
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
+from sglang_obs.exporter.http_fetch import METRICS_ACCEPT
 from sglang_obs.simulator import docs
 from sglang_obs.simulator import scenario as scenarios
+from sglang_obs.simulator.exposition import SimCollector
 from sglang_obs.simulator.render import render
+from sglang_obs.simulator.server import make_app
+from sglang_obs.simulator.simulation import Simulation
 
 from conftest import ROOT, require_binary
 from helpers import running_prometheus, wait_query
@@ -137,3 +145,25 @@ def test_a_render_leaves_the_pollers_log_level_as_it_found_it():
         assert poller_log.level == logging.DEBUG
     finally:
         poller_log.setLevel(logging.NOTSET)
+
+
+@pytest.mark.parametrize("name", scenarios.available())
+def test_the_served_metrics_text_is_prometheus_clients_own(name):
+    """The simulator writes /metrics without prometheus_client's encoder (simulator/plain_text):
+    byte for byte generate_latest's, through each shipped scenario."""
+    sc = scenarios.load(name)
+    sim = Simulation(sc)
+    app = make_app(sim, threading.Lock())
+    registry = CollectorRegistry()
+    registry.register(SimCollector(lambda: sim.server, sim.profile))
+    checked, headers = 0, {}
+    for t in (0.0, sc.duration / 3, sc.duration * 2 / 3, sc.duration):
+        sim.advance(t)
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "",
+                   "HTTP_ACCEPT": METRICS_ACCEPT, "wsgi.input": io.BytesIO()}
+        headers.clear()
+        body = b"".join(app(environ, lambda status, h: headers.update(h)))
+        assert headers["Content-Type"] == CONTENT_TYPE_PLAIN_0_0_4
+        assert body == generate_latest(registry), (name, t)
+        checked += body.count(b"\n")
+    assert checked > 0 or not sim.up, name
