@@ -11,6 +11,7 @@ does, and "absent" with the missing families otherwise.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -20,6 +21,13 @@ import yaml
 
 _NAME = re.compile(r"sglang:[A-Za-z0-9_]+")
 _SUFFIXES = ("_bucket", "_sum", "_count")
+_TOKEN = re.compile(r"[\w:]+")  # a recording rule's name is read where it is a whole token
+_SET_OPERATORS = {word: re.compile(rf"\s{word}\b") for word in ("or", "unless")}
+
+
+def _records_in(expr: str, records: Mapping[str, str]) -> list[str]:
+    tokens = set(_TOKEN.findall(expr))
+    return [record for record in records if record in tokens]
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,11 @@ class Golden:
 
 
 def recording_rules(rule_texts: Iterable[str]) -> dict[str, str]:
+    return dict(_recording_rules(tuple(rule_texts)))
+
+
+@functools.lru_cache(maxsize=4)  # every dashboard is annotated from the same rule files
+def _recording_rules(rule_texts: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for text in rule_texts:
         for group in yaml.safe_load(text)["groups"]:
@@ -52,13 +65,14 @@ def families_read(expr: str, records: Mapping[str, str], known: set[str],
             if name.endswith(suffix) and name[: -len(suffix)] in known:
                 name = name[: -len(suffix)]
         out.add(name)
-    for record, body in records.items():
-        if record not in seen and re.search(rf"(?<![\w:]){re.escape(record)}(?![\w:])", expr):
-            out |= families_read(body, records, known, (*seen, record))
+    for record in _records_in(expr, records):
+        if record not in seen:
+            out |= families_read(records[record], records, known, (*seen, record))
     return out
 
 
-def _split(expr: str, words: tuple[str, ...]) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=8192)  # the same rule bodies are cut for every panel and release
+def _split(expr: str, words: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """`expr` cut at the binary set operators in `words` outside any bracket:
     [(operator before the part, part), ...]; the first part's operator is ""."""
     parts, depth, start, op = [], 0, 0, ""
@@ -71,15 +85,15 @@ def _split(expr: str, words: tuple[str, ...]) -> list[tuple[str, str]]:
             depth -= 1
         elif depth == 0:
             for word in words:
-                m = re.match(rf"\s{word}\b", expr[i:])
+                m = _SET_OPERATORS[word].match(expr, i)
                 if m:
                     parts.append((op, expr[start:i]))
-                    op, start = word, i + m.end()
+                    op, start = word, m.end()
                     i = start - 1
                     break
         i += 1
     parts.append((op, expr[start:]))
-    return parts
+    return tuple(parts)
 
 
 def missing(expr: str, exposed: frozenset[str], records: Mapping[str, str],
@@ -128,11 +142,10 @@ def missing(expr: str, exposed: frozenset[str], records: Mapping[str, str],
     for name in families_read(flat, {}, known):
         if name not in exposed:
             lacking.add(name)
-    for record, body in records.items():
-        if re.search(rf"(?<![\w:]){re.escape(record)}(?![\w:])", flat):
-            got = missing(body, exposed, {k: v for k, v in records.items() if k != record},
-                          known)
-            lacking |= got or set()
+    for record in _records_in(flat, records):
+        got = missing(records[record], exposed,
+                      {k: v for k, v in records.items() if k != record}, known)
+        lacking |= got or set()
     return lacking or None
 
 
