@@ -133,16 +133,36 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
+class PortTaken(AssertionError):
+    """The port picked for it was bound by another process before it could listen."""
+
+
 def _ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
     def answers():
         if proc.poll() is not None:
-            raise AssertionError(f"{log.name} exited: {log.read_text()[-1500:]}")
+            text = log.read_text()
+            raise (PortTaken if "address already in use" in text.lower() else AssertionError)(
+                f"{log.name} exited: {text[-1500:]}")
         try:
             with urllib.request.urlopen(url, timeout=1) as resp:
                 return resp.status == 200
         except OSError:
             return False
     assert wait_for(answers, timeout, interval=0.2), f"{url} not ready: {log.read_text()[-800:]}"
+
+
+def _listening(start, url, log: Path, timeout: float = 60, tries: int = 3) -> subprocess.Popen:
+    """Starts `start()` (which picks fresh ports each call) until it listens: a port free when
+    picked may be bound by another component (an engine's port 0) before this one binds it."""
+    for attempt in range(tries):
+        proc = start()
+        try:
+            _ready(url(), proc, log, timeout)
+            return proc
+        except PortTaken:
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")
@@ -153,40 +173,54 @@ def run(tmp_path_factory):
         require_binary(binary)
     work = tmp_path_factory.mktemp("alert-timing")
     procs: list[subprocess.Popen] = []
+    hosts: list[Host] = []
     try:
-        sink_port, am_port, prom_port = free_port(), free_port(), free_port()
         sink_log = work / "alert-sink.log"
-        procs.append(_start([str(BIN / "sglang-obs"), "alert-sink", "--listen",
-                             f"127.0.0.1:{sink_port}", "--log-file",
-                             str(work / "alerts.jsonl")], sink_log))
-        _ready(f"http://127.0.0.1:{sink_port}/", procs[-1], sink_log)
-        hosts = [Host(name, at, free_port(), free_port(), free_port())
-                 for name, at in HOSTS + PD_HOSTS]
-        for h in hosts:  # the simulators first: each runs its model up to start_at
+        sink_port = 0
+
+        def start_sink():
+            nonlocal sink_port
+            sink_port = free_port()
+            return _start([str(BIN / "sglang-obs"), "alert-sink", "--listen",
+                           f"127.0.0.1:{sink_port}", "--log-file",
+                           str(work / "alerts.jsonl")], sink_log)
+        procs.append(_listening(start_sink, lambda: f"http://127.0.0.1:{sink_port}/", sink_log))
+        hosts += [Host(name, at, 0, 0, 0) for name, at in HOSTS + PD_HOSTS]
+
+        def start_sim(h: Host) -> subprocess.Popen:  # fresh ports at each start
+            h.sim_port, h.feed_port = free_port(), free_port()
             log = work / f"sim-{h.scenario}.log"
             if h.pd:
                 h.gateway_port = h.feed_port
-                procs.append(_start([str(BIN / "sglang-sim"), "pd", "--scenario", h.scenario,
-                                     "--host", "127.0.0.1", "--port", "0", "--gateway-port",
-                                     str(h.gateway_port), "--start-at", str(h.start_at)], log))
+                h.procs = (_start([str(BIN / "sglang-sim"), "pd", "--scenario", h.scenario,
+                                   "--host", "127.0.0.1", "--port", "0", "--gateway-port",
+                                   str(h.gateway_port), "--start-at", str(h.start_at)], log),)
             else:
-                procs.append(_start([str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario,
-                                     "--host", "127.0.0.1", "--port", str(h.sim_port),
-                                     "--gpu-feed-port", str(h.feed_port), "--no-stdout-log",
-                                     "--start-at", str(h.start_at)], log))
-            h.procs = (procs[-1],)
+                h.procs = (_start([str(BIN / "sglang-sim"), "serve", "--scenario", h.scenario,
+                                   "--host", "127.0.0.1", "--port", str(h.sim_port),
+                                   "--gpu-feed-port", str(h.feed_port), "--no-stdout-log",
+                                   "--start-at", str(h.start_at)], log),)
+            return h.procs[0]
+
+        def sim_url(h: Host) -> str:
+            return (f"http://127.0.0.1:{h.gateway_port}/metrics" if h.pd
+                    else f"http://{h.instance}/health")
+        for h in hosts:  # the simulators first, at once: each runs its model up to start_at
+            start_sim(h)
         for h in hosts:
             log = work / f"sim-{h.scenario}.log"
-            if h.pd:  # its engines' ports from its log; ready once the gateway answers
-                _ready(f"http://127.0.0.1:{h.gateway_port}/metrics", h.procs[0], log,
-                       timeout=180)
+            try:
+                _ready(sim_url(h), h.procs[0], log, timeout=180 if h.pd else 120)
+            except PortTaken:
+                _listening(lambda h=h: start_sim(h), lambda h=h: sim_url(h), log, timeout=180)
+            procs.append(h.procs[0])
+            if h.pd:  # its engines' ports from its log
                 h.engine_ports = tuple(int(p) for p in re.findall(
                     r"serving (?:prefill|decode)-\d+ of PD scenario \S+ \(SGLang [^)]*\) on "
                     r"http://127\.0\.0\.1:(\d+)", log.read_text()))
                 assert h.engine_ports, log.read_text()[-800:]
                 h.sim_started, h.started_wall = h.start_at, time.time()
                 continue
-            _ready(f"http://{h.instance}/health", h.procs[0], log, timeout=120)
             with urllib.request.urlopen(f"http://{h.instance}/sim/state", timeout=5) as resp:
                 h.sim_started, h.started_wall = json.load(resp)["sim_seconds"], time.time()
         for h in hosts:
@@ -195,26 +229,39 @@ def run(tmp_path_factory):
                        + ["--no-collector.nvml"] if h.pd else
                        ["--sglang.url", f"http://{h.instance}", "--collector.nvml.simulator-feed",
                         f"http://127.0.0.1:{h.feed_port}/sim/gpu"])
-            procs.append(_start([str(BIN / "sglang-exporter"), "--web.listen-address",
-                                 h.exporter, "--no-collector.docker", *sources], log))
-            _ready(f"http://{h.exporter}/metrics", procs[-1], log)
-        am_config = (ROOT / "alertmanager/alertmanager.yml").read_text().replace(
-            "http://alert-sink:9095", f"http://127.0.0.1:{sink_port}")
-        (work / "alertmanager.yml").write_text(am_config)
-        am_log = work / "alertmanager.log"
-        procs.append(_start([_which("prometheus-alertmanager", "alertmanager"),
-                             f"--config.file={work / 'alertmanager.yml'}",
-                             f"--storage.path={work / 'am-data'}",
-                             f"--web.listen-address=127.0.0.1:{am_port}",
-                             "--cluster.listen-address="], am_log))
-        _ready(f"http://127.0.0.1:{am_port}/-/ready", procs[-1], am_log)
-        (work / "prometheus.yml").write_text(yaml.safe_dump(
-            _prometheus_config(hosts, am_port, prom_port), sort_keys=False))
-        prom_log = work / "prometheus.log"
-        procs.append(_start([_which("prometheus"), f"--config.file={work / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={work / 'prom-data'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"], prom_log))
-        _ready(f"http://127.0.0.1:{prom_port}/-/ready", procs[-1], prom_log)
+
+            def start_exporter(h=h, log=log, sources=sources):
+                h.exporter_port = free_port()
+                return _start([str(BIN / "sglang-exporter"), "--web.listen-address",
+                               h.exporter, "--no-collector.docker", *sources], log)
+            procs.append(_listening(start_exporter, lambda h=h: f"http://{h.exporter}/metrics",
+                                    log))
+        am_log, am_port = work / "alertmanager.log", 0
+        (work / "alertmanager.yml").write_text(
+            (ROOT / "alertmanager/alertmanager.yml").read_text().replace(
+                "http://alert-sink:9095", f"http://127.0.0.1:{sink_port}"))
+
+        def start_am():
+            nonlocal am_port
+            am_port = free_port()
+            return _start([_which("prometheus-alertmanager", "alertmanager"),
+                           f"--config.file={work / 'alertmanager.yml'}",
+                           f"--storage.path={work / 'am-data'}",
+                           f"--web.listen-address=127.0.0.1:{am_port}",
+                           "--cluster.listen-address="], am_log)
+        procs.append(_listening(start_am, lambda: f"http://127.0.0.1:{am_port}/-/ready", am_log))
+        prom_log, prom_port = work / "prometheus.log", 0
+
+        def start_prometheus():
+            nonlocal prom_port
+            prom_port = free_port()
+            (work / "prometheus.yml").write_text(yaml.safe_dump(
+                _prometheus_config(hosts, am_port, prom_port), sort_keys=False))
+            return _start([_which("prometheus"), f"--config.file={work / 'prometheus.yml'}",
+                           f"--storage.tsdb.path={work / 'prom-data'}",
+                           f"--web.listen-address=127.0.0.1:{prom_port}"], prom_log)
+        procs.append(_listening(start_prometheus,
+                                lambda: f"http://127.0.0.1:{prom_port}/-/ready", prom_log))
 
         def last_clear(h: Host) -> float:
             sc = detection.load_scenario(h.scenario)
@@ -231,7 +278,7 @@ def run(tmp_path_factory):
         entries = [json.loads(line) for line in (work / "alerts.jsonl").read_text().splitlines()]
         yield hosts, entries, until
     finally:
-        for p in reversed(procs):
+        for p in reversed(procs + [p for h in hosts for p in h.procs if p not in procs]):
             stop_process(p)
 
 
