@@ -322,8 +322,7 @@ def write_openmetrics(rendered: Rendered, path: Path) -> None:
         f.write("# EOF\n")
 
 
-def write_promtool_series(rendered: Rendered, path: Path,
-                          names: Iterable[str] | None = None) -> None:
+def promtool_series(rendered: Rendered, names: Iterable[str] | None = None) -> list[dict]:
     """`input_series` for promtool test rules; '_' marks a step where the series was absent."""
     wanted = set(names) if names is not None else None
     series = []
@@ -333,5 +332,11 @@ def write_promtool_series(rendered: Rendered, path: Path,
         values = " ".join(_value_text(points[i]) if i in points else "_"
                           for i in range(rendered.steps))
         series.append({"series": f"{name}{{{_label_text(labels)}}}", "values": values})
-    doc = {"interval": f"{int(rendered.step)}s", "input_series": series}
+    return series
+
+
+def write_promtool_series(rendered: Rendered, path: Path,
+                          names: Iterable[str] | None = None) -> None:
+    doc = {"interval": f"{int(rendered.step)}s",
+           "input_series": promtool_series(rendered, names)}
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=1_000_000))

@@ -65,7 +65,6 @@ GATEWAY_POLICY = K8S / "components" / "gateway-networkpolicy"
 KUBERNETES_VERSION = "1.31.0"  # kubernetes-validate's schemas (constraints.txt pins 1.31.0)
 PROMETHEUS_YML = ROOT / "prometheus" / "prometheus.yml"
 ALERTMANAGER_YML = ROOT / "alertmanager" / "alertmanager.yml"
-RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*_test.yml"))
 KUBERNETES_RULE_TEST = ROOT / "tests" / "rules" / "kubernetes_test.yml"
 CUSTOM_GROUP = "monitoring.coreos.com/"
 # kube-prometheus-stack's Grafana data sources (values.yaml grafana.sidecar.datasources: name
@@ -239,15 +238,11 @@ def test_promtool_checks_the_rules_extracted_from_the_prometheusrules(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-# The PrometheusRule groups are the rule files' groups to the letter (tested above), so two
-# unit-test files suffice here: the Kubernetes-shaped one and the state classification's.
-@pytest.mark.parametrize("test_file", [
-    pytest.param(path, id=path.name, marks=() if path == KUBERNETES_RULE_TEST
-                 else pytest.mark.slow)  # promtool evaluates every rule: 15-60 s a file
-    for path in RULE_TESTS if path in (KUBERNETES_RULE_TEST,)
-    or path.name == "saturation_test.yml"])
-def test_rule_unit_tests_pass_on_the_extracted_rules(tmp_path, test_file):
+# The PrometheusRule groups are the rule files' groups to the letter (tested above), so the
+# other unit-test files would run the same rules again: the Kubernetes-shaped one runs here.
+def test_rule_unit_tests_pass_on_the_extracted_rules(tmp_path):
     promtool = require_binary("promtool")
+    test_file = KUBERNETES_RULE_TEST
     spec = load(test_file)
     spec["rule_files"] = [str(p) for p in extract_rules(tmp_path)]
     moved = tmp_path / test_file.name

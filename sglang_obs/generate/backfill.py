@@ -34,7 +34,7 @@ from sglang_obs.simulator import pd_scenario
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.pd_render import render_pd
 from sglang_obs.simulator.pd_scenario import PdScenario
-from sglang_obs.simulator.render import Rendered, render, write_openmetrics, write_promtool_series
+from sglang_obs.simulator.render import Rendered, promtool_series, render, write_openmetrics
 
 RECORDING_RULES = "sglang.rules.yml"  # in prometheus/rules/
 
@@ -330,9 +330,7 @@ def firing_alerts(rendered: Rendered, workdir: Path, s: Settings) -> dict[tuple,
     rule files evaluated by promtool over `rendered` from its first step, every step."""
     from sglang_obs.generate import promtool_eval  # it reads the rule tables
 
-    series_file = workdir / "alerts.series.yml"
-    write_promtool_series(rendered, series_file)
-    series = yaml.safe_load(series_file.read_text())["input_series"]
+    series = promtool_series(rendered)
     step = int(rendered.step)
     try:
         output = promtool_eval.evaluate(series, [('ALERTS{alertstate="firing"}', i * step)

@@ -30,7 +30,7 @@ from sglang_obs.render import pd_rules, rules
 from sglang_obs.simulator import pd_scenario
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.pd_render import render_pd
-from sglang_obs.simulator.render import Rendered, render
+from sglang_obs.simulator.render import Rendered, promtool_series, render
 
 DOC = "detection.md"  # in docs/
 E2E_RESULTS = "detection-e2e.json"  # in docs/, written by tests/test_alert_timing.py
@@ -271,7 +271,7 @@ def _run_exprs(end: int, step: int, pd: bool = False) -> list[tuple[str, int]]:
 
 def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s: Settings,
              crashes: bool = False, runs: bool = False, pd: bool = False) -> Detection:
-    series = _input_series(rendered)
+    series = promtool_series(rendered)
     step = int(rendered.step)
     end = int(rendered.steps - 1) * step
     window = f"{end}s:{step}s"
@@ -327,16 +327,6 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
         if runs:
             d.longest_runs[state] = longest
     return d
-
-
-def _input_series(rendered: Rendered) -> list[dict]:
-    out = []
-    for (name, labels), points in sorted(rendered.series.items()):
-        values = " ".join(repr(float(points[i])) if i in points else "_"
-                          for i in range(rendered.steps))
-        label_text = ",".join(f'{k}="{v}"' for k, v in labels)
-        out.append({"series": f"{name}{{{label_text}}}", "values": values})
-    return out
 
 
 def detect(name: str, s: Settings, rendered: Rendered | None = None) -> Detection:

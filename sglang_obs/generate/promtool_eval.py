@@ -5,6 +5,7 @@ only the real rules and promtool are involved."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,7 +50,7 @@ def evaluate(series: list[dict], exprs: list[tuple[str, float]], step: float, wo
                                         for e, at in exprs]}],
     }
     path = workdir / f"{name}_test.yml"
-    path.write_text(yaml.safe_dump(test, width=1_000_000, sort_keys=False))
+    path.write_text(json.dumps(test))  # JSON is YAML, and a hundred times faster to write
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                             text=True, timeout=timeout)
     output = result.stdout + result.stderr
