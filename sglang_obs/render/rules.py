@@ -158,7 +158,16 @@ def recording_groups(t: dict) -> list[Group]:
 {by} (rate(sglang:cached_tokens_total{{{s}}}[{window}]))
   / ({by} (rate(sglang:prompt_tokens_total{{{s}}}[{window}])) > 0)""",
             "Prefix-cache hit ratio from counters: the cache_hit_rate gauge is per batch and "
-            "was zeroed by decode reports up to 0.5.17."))
+            "was zeroed by decode reports up to 0.5.19."))
+    serving.append(Record(
+        "instance_model_mode:sglang_prefill_effective_hit:ratio_rate5m",
+        f"""
+sum by (cluster, host, instance, model_name, mode) (
+  rate(sglang:prefill_effective_tokens_total{{{s},mode=~".+_hit"}}[5m]))
+  / ignoring (mode) group_left ()
+({by} (rate(sglang:prefill_effective_tokens_total{{{s}}}[5m])) > 0)""",
+        "Prefix-cache hit ratio per tier (mode: device_hit, host_hit, storage_hit; HiCache "
+        "fills the last two) over all prefill tokens, from counters (0.5.18+)."))
     window = quantities.QUANTILE_WINDOW
     for hist in quantities.LATENCIES.values():
         short = hist.removesuffix("_seconds")
