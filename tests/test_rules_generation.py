@@ -283,3 +283,20 @@ def test_alert_sink_cli_refuses_a_bad_listen_address():
                             text=True, timeout=10)
     assert result.returncode == 2
     assert "expected host:port" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_cache_hit_ratio_from_counters_is_the_truth_and_the_gauge_is_not(detections):
+    """Every 5-min window with enough requests: the shipped counter ratio within one point of
+    the simulated requests' own ratio; the per-batch gauge off by more on some scenario."""
+    singles = [d for d in detections if not d.pd]
+    gauge_off = []
+    for d in singles:
+        n, counters, gauge = detection.cache_errors(d)
+        assert n == 0 or counters is not None, d.scenario
+        if n:
+            assert counters <= detection.CACHE_RATIO_WITHIN, (d.scenario, d.cache_windows)
+        if gauge is not None and gauge > detection.CACHE_RATIO_WITHIN:
+            gauge_off.append(d.scenario)
+    assert sum(detection.cache_errors(d)[0] for d in singles) >= 20
+    assert {"long-context-incident", "healthy"} <= set(gauge_off), gauge_off

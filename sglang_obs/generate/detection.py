@@ -59,6 +59,13 @@ PD_GUARDED_STATES = pd_rules.SATURATION
 # scenario (cluster:sglang_pd_ttft_unexplained:ratio1m), once requests have flowed this long.
 TTFT_UNEXPLAINED_RATIO = 0.10
 TTFT_WARM_UP_SECONDS = 120
+# The prefix-cache hit ratio from counters against the cache_hit_rate gauge: every window of
+# this length ending on a multiple of it, compared with the requests that finished inside it.
+CACHE_WINDOW_SECONDS = 300
+CACHE_RATIO_WITHIN = 0.01  # |counters - truth|, as a ratio (one percentage point)
+CACHE_MIN_REQUESTS = 20  # a window with fewer finished requests has no meaningful ratio
+CACHE_COUNTERS = "instance_model:sglang_cache_hit:ratio_rate5m"
+CACHE_GAUGE = 'avg(avg_over_time(sglang:cache_hit_rate{job="sglang"}[5m]))'
 MAX_RUN = 12  # evaluations: runs are counted up to this length
 
 _SAMPLE = re.compile(r"\{([^}]*)\} ([-+0-9.eE]+|NaN)")
@@ -190,6 +197,10 @@ class Detection:
     ttft_unexplained_run: float | None = None
     ttft_unexplained_windows: list = field(default_factory=list)
     ttft_unexplained_minute_max: float | None = None
+    # Single server: per CACHE_WINDOW_SECONDS window (end seconds, requests finished in it,
+    # truth, ratio from counters, mean of the gauge, whether the counters were scraped
+    # throughout it); None where the series had no value.
+    cache_windows: list = field(default_factory=list)
 
     def latency(self, index: int) -> float | None:
         fired = self.per_window[index]
@@ -290,7 +301,11 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
                       (pd_rules.ttft_unexplained(t, f"{end}s"), end)]
         ttft_exprs += [(pd_rules.ttft_unexplained(t, f"{int(w.end - w.start)}s"),
                         min(int(w.end), end)) for w in truth]
-    exprs = [(fired_expr, end), (state_expr, end)] + windows + run_exprs + ttft_exprs
+    cache_ends = ([] if pd else
+                  list(range(CACHE_WINDOW_SECONDS, end + 1, CACHE_WINDOW_SECONDS)))
+    cache_exprs = [(e, at) for at in cache_ends for e in (CACHE_COUNTERS, CACHE_GAUGE)]
+    exprs = ([(fired_expr, end), (state_expr, end)] + windows + run_exprs + ttft_exprs
+             + cache_exprs)
     output = promtool_eval.evaluate(series, [(e, min(at, end)) for e, at in exprs], step,
                                     workdir, s, "detection")
 
@@ -318,6 +333,14 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
         values = [next((v for _, v in got(expr, at)), None) for expr, at in ttft_exprs]
         d.ttft_unexplained_minute_max, d.ttft_unexplained_run = values[:2]
         d.ttft_unexplained_windows = values[2:]
+    for at in cache_ends:
+        inside = [(n, c) for t, n, c in rendered.finished if at - CACHE_WINDOW_SECONDS < t <= at]
+        prompt = sum(n for n, _ in inside)
+        counters, gauge = (next((v for _, v in got(e, at)), None)
+                           for e in (CACHE_COUNTERS, CACHE_GAUGE))
+        d.cache_windows.append((at, len(inside), sum(c for _, c in inside) / prompt
+                                if prompt else None, counters, gauge,
+                                _counted_throughout(rendered, at - CACHE_WINDOW_SECONDS, at)))
     for i, state in enumerate(guarded):
         longest = 0
         for n in range(1, MAX_RUN + 1):
@@ -327,6 +350,24 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
         if runs:
             d.longest_runs[state] = longest
     return d
+
+
+def _counted_throughout(rendered: Rendered, start: int, end: int) -> bool:
+    """Whether the token counters the ratio reads were scraped from `start` to `end` without a
+    gap or a reset: a request that finished before a series' first sample (the tokenizer's
+    families appear with the first request) or before a restart is in no rate()."""
+    steps = range(start // int(rendered.step), end // int(rendered.step) + 1)
+    seen = False
+    for (name, _), points in rendered.series.items():
+        if name not in ("sglang:prompt_tokens_total", "sglang:cached_tokens_total"):
+            continue
+        values = [points.get(i) for i in steps]
+        if all(v is None for v in values):
+            continue
+        if None in values or any(b < a for a, b in zip(values, values[1:], strict=False)):
+            return False
+        seen = True
+    return seen
 
 
 def detect(name: str, s: Settings, rendered: Rendered | None = None) -> Detection:
@@ -440,6 +481,31 @@ def _ttft_table(results: list[Detection]) -> list[str]:
     return lines
 
 
+def cache_errors(d: Detection) -> tuple[int, float | None, float | None]:
+    """(windows compared, worst |counters - truth|, worst |gauge - truth|) over the windows
+    with at least CACHE_MIN_REQUESTS finished requests whose counters were scraped throughout."""
+    rows = [w for w in d.cache_windows
+            if w[1] >= CACHE_MIN_REQUESTS and w[2] is not None and w[5]]
+    counters = [abs(c - t) for _, _, t, c, _, _ in rows if c is not None]
+    gauge = [abs(g - t) for _, _, t, _, g, _ in rows if g is not None]
+    return len(rows), max(counters, default=None), max(gauge, default=None)
+
+
+def _points(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f} pp"
+
+
+def _cache_table(results: list[Detection]) -> list[str]:
+    lines = ["| scenario | windows | worst error, counters | worst error, gauge |",
+             "|---|---|---|---|"]
+    for d in results:
+        if d.pd:
+            continue
+        n, counters, gauge = cache_errors(d)
+        lines.append(f"| `{d.scenario}` | {n} | {_points(counters)} | {_points(gauge)} |")
+    return lines
+
+
 def _e2e_table(e2e: dict) -> list[str]:
     lines = [
         "| scenario | fault (onset–clear, s) | expected | notifications (firing) | resolved "
@@ -525,6 +591,24 @@ def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> 
         "and its first tokens belong to different requests, and that minute reads far from 0.",
         "",
         *_ttft_table(results),
+        "",
+        "## The prefix-cache hit ratio: counters against the gauge",
+        "",
+        f"Every {CACHE_WINDOW_SECONDS // 60}-minute window of each single-server scenario "
+        f"with at least {CACHE_MIN_REQUESTS} finished",
+        "requests, whose token counters were scraped from its start to its end (not the first",
+        "window, where the tokenizer's families appear with the first request, nor one with a",
+        "restart: requests finished before a series' first sample or before a reset are in no",
+        "`rate()`). The truth is the simulated requests' own prefix-cached tokens over their",
+        f"prompt tokens; `{CACHE_COUNTERS}` is the shipped ratio of",
+        "`cached_tokens_total` to `prompt_tokens_total` over the same window, and the gauge is",
+        f"`{CACHE_GAUGE}`: `cache_hit_rate` holds the last prefill",
+        "batch's ratio (and up to 0.5.19 is zeroed by every decode report, see",
+        "[features.md](features.md#cache_hit_rate-is-a-per-batch-gauge)). The counters stay",
+        f"within {CACHE_RATIO_WITHIN * 100:.0f} percentage point of the truth; the gauge does "
+        "not.",
+        "",
+        *_cache_table(results),
         "",
         "## Measured end to end",
         "",
