@@ -86,7 +86,8 @@ def _duration_seconds(text: str) -> float:
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # pd_test.yml alone takes 110 s of a core: far more with every core busy
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
 # --- promtool ---------------------------------------------------------------------------------

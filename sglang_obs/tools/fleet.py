@@ -154,9 +154,20 @@ class Fleet:
             f"-promscrape.config={scrape}", *shipper.store_flags(prom)],
             self.url("victoria-metrics") + "/health", self.ports["victoria-metrics"])
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, tries: int = 3) -> None:
+        """Start every part; a part whose port another program bound between picking and
+        binding (free_ports releases them before the parts start) starts the fleet again on
+        fresh ports."""
         assert self.stack is not None, "prepare() first"
-        self.stack.start(timeout)
+        for attempt in range(tries):
+            try:
+                self.stack.start(timeout)
+                return
+            except StackError as err:
+                if not err.port_taken or attempt == tries - 1:
+                    raise
+                self.stack.stop()
+                self.prepare()
 
     def component(self, name: str) -> Component:
         assert self.stack is not None
