@@ -378,31 +378,14 @@ def test_two_snapshot_packs_compare_as_their_windows_in_prometheus(served, tmp_p
                              f"servers in the pack --after-pack {after}: sglang:30000\n")
 
 
-_STATE_ROW = re.compile(r"^\| (\w+) \| \d+% \(([\d.]+) min\) \| \d+% \(([\d.]+) min\) \|$", re.M)
-
-
-def _masked(text):
-    """`text` without the time-in-state rows, and those rows' minutes."""
-    minutes = {m.group(1): (float(m.group(2)), float(m.group(3)))
-               for m in _STATE_ROW.finditer(text)}
-    return _STATE_ROW.sub(lambda m: f"| {m.group(1)} | (state) |", text), minutes
-
-
 @pytest.mark.slow
 def test_docs_compare_md_examples_are_current(served):
-    """Exact, but for the time in each state: two backfills of one scenario can classify a
-    step at a state's edge differently, so each state's minutes may move by a few 15 s steps
-    (two seen; shown rounded to 0.1 min): up to a minute is allowed."""
+    """Exact, time in each state included: every backfill records its rules at the same
+    offsets within the step (backfill.py), so two backfills of one scenario agree sample for
+    sample on any machine, loaded or not."""
     from sglang_obs.generate import compare_example
 
     url, w = served
     committed = (S.docs_dir / compare_example.DOC).read_text()
-    fresh = compare_example.render(committed, url, w, S)
-    (masked_fresh, fresh_states), (masked_doc, doc_states) = _masked(fresh), _masked(committed)
-    assert masked_fresh == masked_doc, \
+    assert compare_example.render(committed, url, w, S) == committed, \
         "docs/compare.md is stale: run python -m sglang_obs.generate compare-example"
-    assert fresh_states.keys() == doc_states.keys()
-    assert len(doc_states) >= 4
-    for state, (before, after) in doc_states.items():
-        assert abs(fresh_states[state][0] - before) <= 1.0, state
-        assert abs(fresh_states[state][1] - after) <= 1.0, state

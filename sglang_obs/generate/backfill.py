@@ -200,9 +200,13 @@ def backfill(name: str, data: Path, step: int | None = None, end: float | None =
                 {"groups": [{"name": f"backfill-level-{i}", "rules": rules}]}, width=1000))
             out = Path(tmp) / f"blocks{i}"
             with prometheus(data, s=s) as url:
+                # The rule file by its bare name, from its folder: Prometheus offsets a group's
+                # evaluations within the interval by a hash of its name and file path, and a
+                # temporary folder's random path would move every recorded sample by a random
+                # part of a step from one backfill to the next (a state at an edge flipped).
                 _run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={int(start)}",
                       f"--end={int(end) + step}", f"--url={url}", f"--eval-interval={step}s",
-                      f"--output-dir={out}", str(rule_file)])
+                      f"--output-dir={out}", rule_file.name], cwd=Path(tmp))
             for block in out.iterdir() if out.exists() else ():
                 shutil.move(str(block), data / block.name)
     return Backfilled(data, start, end, name, step)
@@ -348,7 +352,7 @@ def firing_alerts(rendered: Rendered, workdir: Path, s: Settings) -> dict[tuple,
     return fired
 
 
-def _run(cmd: list[str]) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+def _run(cmd: list[str], cwd: Path | None = None) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=cwd)
     if result.returncode != 0:
         raise BackfillError(f"{' '.join(cmd[:4])}: {result.stderr[-2000:] or result.stdout}")

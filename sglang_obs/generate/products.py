@@ -254,8 +254,8 @@ PRODUCTS = (
             examples,
             why_unchecked="rendered pictures and a snapshot of a backfilled Prometheus"),
     Product("compare-example", "docs/compare.md's worked example", compare_example,
-            why_unchecked="two backfills may classify a step at a state's edge differently; "
-            "tests/test_compare.py compares it with that tolerance"),
+            why_unchecked="three backfills, a minute; tests/test_compare.py compares it "
+            "exactly"),
     Product("glance-images", "docs/images/glance-*.png (Chromium screenshots)", glance_images,
             why_unchecked="Chromium screenshots"),
     Product("readme", "README.md's generated blocks", readme),
