@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from sglang_obs.simulator import shapes
-from sglang_obs.simulator.model import Histogram, Scheduler, Server
+from sglang_obs.simulator.model import Histogram, Scheduler, Server, spec_accept_rate
 from sglang_obs.simulator.profiles import Profile
 
 P = "sglang:"
@@ -69,8 +69,14 @@ GAUGES = (
     GaugeSpec("spec_accept_length", "The average acceptance length of speculative decoding.",
               "0.4.3.post4", _r("spec_accept_length")),
     GaugeSpec("spec_accept_rate", "The acceptance rate of speculative decoding.", "0.5.4",
-              lambda s: (s.reported.spec_accept_length - 1) / 3
-              if s.reported.spec_accept_length else 0.0),
+              lambda s: spec_accept_rate(s.reported.spec_accept_length, s.cfg)),
+    # The active draft configuration, 0 without a draft worker (metrics_reporter.py @ v0.5.23).
+    GaugeSpec("spec_num_steps", "The number of speculative decoding steps.", "0.5.13",
+              lambda s: float(s.cfg.speculative_num_steps if s.cfg.speculative_algorithm
+                              else 0)),
+    GaugeSpec("spec_num_draft_tokens", "The number of speculative decoding draft tokens.",
+              "0.5.13", lambda s: float(s.cfg.speculative_num_draft_tokens
+                                        if s.cfg.speculative_algorithm else 0)),
     GaugeSpec("num_prefill_prealloc_queue_reqs", "Prefill requests in the prealloc queue.",
               "0.4.6.post5", ZERO, until="0.5.12"),
     GaugeSpec("num_prefill_bootstrap_queue_reqs", "Prefill requests in the bootstrap queue.",
@@ -134,7 +140,8 @@ MODELLED = frozenset(
         "http_requests_total", "http_responses_total", "time_to_first_token_seconds",
         "inter_token_latency_seconds", "e2e_request_latency_seconds",
         "request_time_per_output_token_seconds", "prompt_tokens_histogram",
-        "generation_tokens_histogram", "uncached_prompt_tokens_histogram")})
+        "generation_tokens_histogram", "uncached_prompt_tokens_histogram",
+        "spec_verify_calls_total")})
 
 
 class SimCollector:
@@ -250,21 +257,25 @@ class SimCollector:
                     for sched, lab in reporting:
                         family.add_metric(list(lab.values()), sched.counters[key])
                     yield family
-        if p.at_least("0.5.20"):  # pre-seeded on every rank
+        # prefill_effective_tokens_total since 0.5.18, scheduler_idle_seconds_total since
+        # 0.5.20 (metrics_collector.py @ v0.5.18, v0.5.20); both pre-seeded on every rank.
+        every_lab = [(sched, list(self._rank_labels(server, sched.dp_rank, r).values()))
+                     for sched in server.schedulers for r in range(self._ranks_per_dp(server))]
+        if p.at_least("0.5.18"):
             eff = CounterMetricFamily(P + "prefill_effective_tokens", "Prefill tokens by source.",
                                       labels=[*every_rank[0], "mode"])
+            for sched, lab in every_lab:
+                c = sched.counters
+                for mode, value in (("input", c["prefill_input"]),
+                                    ("device_hit", c["prefill_device_hit"]),
+                                    ("host_hit", 0.0), ("storage_hit", 0.0)):
+                    eff.add_metric([*lab, mode], value)
+            yield eff
+        if p.at_least("0.5.20"):
             idle = CounterMetricFamily(P + "scheduler_idle_seconds", "Scheduler idle time.",
                                        labels=list(every_rank[0]))
-            for sched in server.schedulers:
-                for r in range(self._ranks_per_dp(server)):
-                    lab = list(self._rank_labels(server, sched.dp_rank, r).values())
-                    c = sched.counters
-                    for mode, value in (("input", c["prefill_input"]),
-                                        ("device_hit", c["prefill_device_hit"]),
-                                        ("host_hit", 0.0), ("storage_hit", 0.0)):
-                        eff.add_metric([*lab, mode], value)
-                    idle.add_metric(lab, c["idle_seconds"])
-            yield eff
+            for sched, lab in every_lab:
+                idle.add_metric(lab, sched.counters["idle_seconds"])
             yield idle
         if p.at_least("0.5.3"):
             family = HistogramMetricFamily(P + "queue_time_seconds",
@@ -317,6 +328,12 @@ class SimCollector:
         cached.add_metric(base_values + (["device"] if p.cache_source_label else []),
                           tk.cached_tokens)
         yield cached
+        if p.at_least("0.5.13") and tk.spec_verify_calls:  # from the first verified request
+            verify = CounterMetricFamily(P + "spec_verify_calls",
+                                         "Number of speculative decoding verification calls.",
+                                         labels=base_names)
+            verify.add_metric(base_values, tk.spec_verify_calls)
+            yield verify
         if p.at_least("0.4.7"):
             aborted = CounterMetricFamily(P + "num_aborted_requests", "Aborted requests.",
                                           labels=base_names)

@@ -50,6 +50,10 @@ class ServerConfig:
     kv_cache_dtype: str = "fp8_e4m3"
     speculative_algorithm: str | None = None
     spec_accept_length: float = 1.0  # tokens per decode step per request (1: no speculation)
+    # --speculative-num-steps / --speculative-num-draft-tokens (EAGLE chain: steps + 1 drafts
+    # verified per step, so at most steps + 1 tokens a step)
+    speculative_num_steps: int = 3
+    speculative_num_draft_tokens: int = 4
     enable_mixed_chunk: bool = False
     num_continuous_decode_steps: int = 1
     decode_log_interval: int = 40
@@ -82,6 +86,9 @@ class PerfModel:
     decode_overhead_s: float = 0.025
     decode_s_per_request: float = 8.0e-4
     decode_s_per_kv_token: float = 3.0e-8
+    # Speculative decoding: the draft model's steps and the wider verify, as a share of a plain
+    # decode step's time. Speculation pays while accept length > 1 + this share.
+    spec_step_overhead_ratio: float = 0.0
 
 
 @dataclass
@@ -93,6 +100,9 @@ class Request:
     output_len: int
     max_new_tokens: int = 8192
     streaming: bool = True
+    # Speculative decoding: the tokens one decode step yields for this request (how well the
+    # draft model predicts its text); None: the server's spec_accept_length.
+    accept_length: float | None = None
     # progress
     cached_len: int = 0  # prefix hit, fixed when first scheduled
     prefilled: int = 0  # prompt tokens in KV (cached + computed)
@@ -129,6 +139,30 @@ class Request:
     def reserve(self, ratio: float) -> float:
         remaining = max(min(self.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.generated, 0)
         return remaining * ratio
+
+
+def accept_length(req: Request, cfg: ServerConfig) -> float:
+    """Tokens one decode step yields for `req` (1 without speculative decoding)."""
+    if cfg.speculative_algorithm and req.accept_length is not None:
+        return req.accept_length
+    return cfg.spec_accept_length
+
+
+def spec_accept_rate(length: float, cfg: ServerConfig) -> float:
+    """Correct drafts / proposed drafts: each verify proposes num_draft_tokens - 1 drafts and
+    accepts length - 1 of them (the last token is the bonus)."""
+    if not length:
+        return 0.0
+    return (length - 1) / max(cfg.speculative_num_draft_tokens - 1, 1)
+
+
+def verify_count(req: Request, cfg: ServerConfig) -> int:
+    """Verify steps of a finished request under speculative decoding (0 without): one per
+    decode step, each yielding the accepted drafts plus the bonus token. The request record's
+    spec_verify_ct and sglang:spec_verify_calls_total both count these."""
+    if not cfg.speculative_algorithm:
+        return 0
+    return max(int(int(req.generated) / max(accept_length(req, cfg), 1.0)), 1)
 
 
 class Histogram:
@@ -176,6 +210,8 @@ class TokenizerStats:
     requests: dict[bool, float] = field(default_factory=dict)
     cached_tokens: float = 0.0
     aborted: float = 0.0
+    spec_verify_calls: float = 0.0  # lazy family: from the first request with a verify
+    cfg: ServerConfig | None = None
     histograms: dict[tuple[str, bool], Histogram] = field(default_factory=dict)
     touched: bool = False  # lazy families: nothing exposed before the first request
     # Called with (request, finish time) for every finished request: the request records.
@@ -199,6 +235,8 @@ class TokenizerStats:
         self.generation_tokens[s] = self.generation_tokens.get(s, 0) + out
         self.requests[s] = self.requests.get(s, 0) + 1
         self.cached_tokens += req.cached_len
+        if self.cfg is not None:
+            self.spec_verify_calls += verify_count(req, self.cfg)
         self.histogram("e2e", s).observe(now - req.start)
         self.histogram("prompt_tokens", s).observe(req.input_len)
         self.histogram("generation_tokens", s).observe(out)
@@ -253,6 +291,7 @@ class Scheduler:
         self.last_report_at = 0.0
         self.decode_iters_since_report = 0
         self.decode_tokens_since_report = 0.0
+        self.verifies_since_report = 0  # request-verifies (speculative decoding)
         self.last_decode_report_at = 0.0
         self.retracted_since_report = 0
         self.busy_seconds = 0.0  # forward-pass time, for GPU utilisation
@@ -447,8 +486,7 @@ class Scheduler:
     def _run_decode(self) -> None:
         perf, cfg = self.perf, self.cfg
         batch = len(self.running)
-        tokens_per_req = cfg.spec_accept_length
-        needed = math.ceil(batch * tokens_per_req)
+        needed = math.ceil(sum(accept_length(r, cfg) for r in self.running))
         kv = self.used_tokens  # summed once per step: nothing changes it until _allocate
         if needed > cfg.max_total_num_tokens - kv:
             self._retract(needed)
@@ -456,13 +494,19 @@ class Scheduler:
                 return
             batch = len(self.running)
             kv = self.used_tokens
+            needed = math.ceil(sum(accept_length(r, cfg) for r in self.running))
         seconds = (perf.decode_overhead_s + perf.decode_s_per_request * batch +
                    perf.decode_s_per_kv_token * kv) / self.speed
-        self._allocate(math.ceil(batch * tokens_per_req), used=kv)
+        if cfg.speculative_algorithm:
+            seconds *= 1 + perf.spec_step_overhead_ratio
+        self._allocate(needed, used=kv)
         self.now += seconds
         self.busy_seconds += seconds
         itl = self.tokenizer.histogram("itl")
+        produced_total = 0.0
         for req in self.running:
+            tokens_per_req = accept_length(req, cfg)
+            produced_total += tokens_per_req
             before = int(req.generated)
             req.generated = min(req.generated + tokens_per_req, req.output_len)
             produced = int(req.generated) - before
@@ -471,9 +515,9 @@ class Scheduler:
                 # Token-weighted, like SGLang: count += n tokens, sum += the chunk's interval.
                 itl.observe(interval / produced, weight=produced, total=interval)
                 req.last_token_at = self.now
-        produced_total = batch * tokens_per_req
         self.counters["realtime_decode"] += produced_total
         self.decode_tokens_since_report += produced_total
+        self.verifies_since_report += batch
         self.decode_iters_since_report += 1
         self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY,
                                    MIN_NEW_TOKEN_RATIO)
@@ -488,9 +532,10 @@ class Scheduler:
                 ts=self.now, dp_rank=self.dp_rank, running_req=len(self.running),
                 num_token=self.used_tokens, token_usage=self.reported.token_usage,
                 gen_throughput=self.reported.gen_throughput, queue_req=len(self.waiting),
-                accept_len=cfg.spec_accept_length if cfg.speculative_algorithm else None,
-                accept_rate=(cfg.spec_accept_length - 1) / 3 if cfg.speculative_algorithm
-                else None))
+                accept_len=self.reported.spec_accept_length if cfg.speculative_algorithm
+                else None,
+                accept_rate=spec_accept_rate(self.reported.spec_accept_length, cfg)
+                if cfg.speculative_algorithm else None))
         self._finish_done()
 
     def _retract(self, needed: int) -> None:
@@ -544,14 +589,19 @@ class Scheduler:
         r.new_token_ratio = self.new_token_ratio
         r.retracted_since_last = self.retracted_since_report
         r.decode_sum_seq_lens = sum(req.kv_tokens for req in self.running)
-        r.spec_accept_length = (self.cfg.spec_accept_length if self.cfg.speculative_algorithm
-                                else 0.0)
+        if not self.cfg.speculative_algorithm:
+            r.spec_accept_length = 0.0
+        elif self.verifies_since_report:  # accepted tokens per verify over the interval
+            r.spec_accept_length = self.decode_tokens_since_report / self.verifies_since_report
+        elif not r.spec_accept_length:
+            r.spec_accept_length = self.cfg.spec_accept_length
         if idle:
             r.gen_throughput = 0.0
         self.retracted_since_report = 0
         if idle or self.decode_iters_since_report >= self.cfg.decode_log_interval:
             self.decode_iters_since_report = 0
             self.decode_tokens_since_report = 0.0
+            self.verifies_since_report = 0
             self.last_decode_report_at = self.now
         self.last_report_at = self.now
         self.has_reported = True
@@ -584,7 +634,8 @@ class Server:
         self._emit_ts(type(event)(**{**event.__dict__, "ts": self.start_ts + event.ts}))
 
     def _boot(self) -> None:
-        self.tokenizer = TokenizerStats(self._make_histogram, on_finished=self._on_request)
+        self.tokenizer = TokenizerStats(self._make_histogram, on_finished=self._on_request,
+                                        cfg=self.cfg)
         ranks = range(self.cfg.dp_size) if self.cfg.dp_size > 1 else [None]
         self.schedulers = [
             Scheduler(self.cfg, self.perf, rank, self.tokenizer, self._make_histogram,

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from sglang_obs.simulator.model import Request, ServerConfig
+from sglang_obs.simulator.model import Request, ServerConfig, verify_count
 from sglang_obs.simulator.profiles import Profile
 
 PROMPT_MARKER = "SIM-PROMPT-MARKER-4b1d"
@@ -83,10 +83,10 @@ def record(req: Request, finished: float, start_ts: float, profile: Profile,
     retractions = "num_retractions" if profile.at_least("0.5.12") else "total_retractions"
     rec[retractions] = req.retracted
     decode = max(done - first, 1e-9)
-    # Speculative decoding: each verify step yields one token beyond the drafts it accepted;
-    # three drafts a step.
-    steps = max(int(out / max(cfg.spec_accept_length, 1.0)), 1)
-    proposed, correct = steps * 3, max(out - steps, 0)
+    # Speculative decoding: each verify step yields one token beyond the drafts it accepted,
+    # and proposes num_draft_tokens - 1 drafts.
+    steps = max(verify_count(req, cfg), 1)
+    proposed, correct = steps * max(cfg.speculative_num_draft_tokens - 1, 1), max(out - steps, 0)
     if family == "0.5.6":
         spec = {}
         if cfg.speculative_algorithm:

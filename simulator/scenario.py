@@ -14,6 +14,9 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
       - {at: 0, duration: 1800, rate: 0.3, input_tokens: {uniform: [2000, 8000]},
          cached_fraction: 0.5, output_tokens: {normal: [400, 150]}, streaming: 0.8}
       - {at: 600, burst: 6, spread: 10, input_tokens: 100000, cached_fraction: 0.2}
+      # with server.speculative_algorithm: tokens per decode step of this phase's requests
+      # (how well the draft model predicts them; default server.spec_accept_length)
+      - {at: 900, rate: 0.3, spec_accept_length: {uniform: [1.0, 1.2]}}
     faults:
       - {at: 900, kind: crash, downtime: 40}
       - {at: 1200, kind: gpu_slowdown, factor: 0.5, duration: 300}
@@ -42,7 +45,7 @@ SCENARIO_DIR = Path(__file__).parent / "scenarios"
 # The server states of the classification, and gpu_lost: a host fault that takes the server with
 # it (its alert is GPULost, not the server's state).
 CLASSES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",
-           "kv_capacity", "scheduling_bottleneck", "gpu_lost")
+           "kv_capacity", "scheduling_bottleneck", "gpu_lost", "spec_collapsed")
 FAULT_KINDS = ("crash", "gpu_slowdown", "xid", "gpu_lost")
 
 
@@ -185,7 +188,7 @@ def _dataclass(cls, values: dict, name: str):
 def _phase(p: Any, i: int) -> dict[str, Any]:
     if not isinstance(p, dict) or ("rate" in p) == ("burst" in p):
         raise ScenarioError(f"load[{i}]: give exactly one of rate or burst")
-    for key in ("input_tokens", "output_tokens"):
+    for key in ("input_tokens", "output_tokens", "spec_accept_length"):
         _draw(p.get(key, 1000), random.Random(0), 0.5, f"load[{i}].{key}")  # validates
     return p
 
@@ -245,4 +248,6 @@ def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[flo
             "max_new_tokens": int(p.get("max_new_tokens", 8192)),
             "streaming": rng.random() < float(p.get("streaming", 0.8)),
         }))
+        if "spec_accept_length" in p:  # drawn only where given: other scenarios keep their draws
+            out[-1][1]["accept_length"] = max(_draw(p["spec_accept_length"], rng, progress), 1.0)
     return out

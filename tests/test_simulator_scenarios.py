@@ -82,6 +82,10 @@ def evidence(name, truth):
         gpus = {f.gpu for f in scenarios.load(name).faults if f.kind == "gpu_lost"}
         lost = all(0 in w("sglang_obs_gpu_device_up", gpu=str(g)) for g in gpus)
         return bool(gpus) and lost and all(v == 0 for v in up[1:])
+    if cls == "spec_collapsed":  # about one token per verify step, on a server not saturated
+        accept = w("sglang:spec_accept_length")
+        return (share(accept, lambda v: v < 1.5) >= 0.95
+                and share(ratio, lambda v: v < 0.9) == 1 and share(kv, lambda v: v < 0.8) == 1)
     raise AssertionError(f"no evidence check for class {cls}")
 
 

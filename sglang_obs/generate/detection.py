@@ -26,7 +26,7 @@ import yaml
 from sglang_obs.core.settings import Settings
 from sglang_obs.core.states import PD_STATES, STATES
 from sglang_obs.generate import promtool_eval
-from sglang_obs.render import pd_rules, rules
+from sglang_obs.render import feature_rules, pd_rules, rules
 from sglang_obs.simulator import pd_scenario
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.pd_render import render_pd
@@ -48,6 +48,7 @@ CLASS_ALERT = {
     "scheduling_bottleneck": "SGLangSchedulingBottleneck",
     "gpu_lost": "GPULost",
     **pd_rules.ALERTS,  # a PD deployment's states (docs/pd.md)
+    **feature_rules.ALERTS,  # a feature that stopped paying (docs/features.md)
 }
 QUIET_CLASSES = ("healthy", "idle")
 ALWAYS_FIRING = {"Watchdog"}

@@ -23,7 +23,7 @@ from sglang_obs.core import quantities, settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import PD_PRIORITY, PD_STATES, STATES
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
-from sglang_obs.render import pd_rules
+from sglang_obs.render import feature_rules, pd_rules
 
 # The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
 # (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
@@ -225,7 +225,17 @@ sum by (cluster, host, instance, model_name, mode) (
         "divide a new server's 8 minutes of requests by 60 minutes."))
     return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
             Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
-            state_group(t), request_group(t), pd_group(t)]
+            state_group(t), request_group(t), pd_group(t), feature_group(t)]
+
+
+def feature_group(t: dict) -> Group:
+    """Per-feature signals (feature_rules.py): speculative decoding, ..."""
+    return Group("sglang-features.rules", "sglang.rules.yml", tuple(
+        Record(name, expr, why) for name, expr, why in feature_rules.records(t)))
+
+
+def feature_alerts(t: dict) -> tuple[Alert, ...]:
+    return tuple(Alert(**spec) for spec in feature_rules.alerts(t))
 
 
 def pd_group(t: dict) -> Group:
@@ -959,6 +969,7 @@ def alert_groups(t: dict) -> list[Group]:
             Group("sglang-saturation.alerts", "sglang.alerts.yml", saturation_alerts(t)),
             Group("sglang-slo.alerts", "sglang.alerts.yml", slo_alerts(t)),
             Group("sglang-pd.alerts", "sglang.alerts.yml", pd_alerts(t)),
+            Group("sglang-features.alerts", "sglang.alerts.yml", feature_alerts(t)),
             Group("gpu.alerts", "gpu.alerts.yml", gpu_alerts(t)),
             Group("meta.alerts", "gpu.alerts.yml", META_ALERTS),
             Group("fleet.alerts", "fleet.alerts.yml", fleet_alerts(t))]
