@@ -29,7 +29,11 @@ PARAMETERS = {
     "schedule_policy": "`fcfs` or `lpm` (longest cached prefix first)",
     "kv_cache_dtype": "reported only",
     "speculative_algorithm": "e.g. NEXTN; turns mixed chunk off",
-    "spec_accept_length": "tokens per decode step per request (1 without speculation)",
+    "spec_accept_length": "tokens per decode step per request (1 without speculation); a load "
+                          "phase's `spec_accept_length` sets it for that phase's requests",
+    "speculative_num_steps": "draft steps per verify (reported as `spec_num_steps`)",
+    "speculative_num_draft_tokens": "tokens verified per request per step (the accept rate's "
+                                    "denominator is this minus 1)",
     "enable_mixed_chunk": "as given on the command line; the effective value is reported",
     "num_continuous_decode_steps": "decode steps per decode round",
     "decode_log_interval": "decode iterations between stats reports and Decode batch lines",
@@ -40,6 +44,8 @@ PARAMETERS = {
     "weight_memory_gb": "reported per GPU",
     "kv_cache_memory_gb": "reported per GPU",
     "prefill_overhead_s": "fixed cost of one prefill batch",
+    "spec_step_overhead_ratio": "speculative decoding: the draft steps and the wider verify, as "
+                                "a share of a plain decode step's time",
     "prefill_s_per_token": "compute per new prompt token",
     "prefill_s_per_token_context": "attention: extra seconds per new token per context token",
     "prefill_small_batch_tokens": "per-token cost x (1 + this / batch tokens): small chunks "

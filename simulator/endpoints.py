@@ -20,7 +20,8 @@ def server_info(server: Server, profile: Profile) -> dict[str, Any]:
     for s in server.schedulers:
         state: dict[str, Any] = {"last_gen_throughput": s.reported.gen_throughput}
         if cfg.speculative_algorithm:
-            state["avg_spec_accept_length"] = s.reported.spec_accept_length or cfg.spec_accept_length
+            state["avg_spec_accept_length"] = (s.reported.spec_accept_length
+                                               or cfg.spec_accept_length)
         if profile.at_least("0.4.7") and not profile.at_least("0.5.3"):
             state["load"] = len(s.running) + len(s.waiting)
         if profile.at_least("0.5.5"):

@@ -50,6 +50,9 @@ CLASS_ALERT = {
     **pd_rules.ALERTS,  # a PD deployment's states (docs/pd.md)
     **feature_rules.ALERTS,  # a feature that stopped paying (docs/features.md)
 }
+# A feature alert's condition is a duration ("collapsed for 10 minutes"): its scenario's truth
+# window opens once that has held, so its budget from onset is the pipeline, without the for:.
+FEATURE_ALERTS = frozenset(feature_rules.ALERTS.values())
 QUIET_CLASSES = ("healthy", "idle")
 ALWAYS_FIRING = {"Watchdog"}
 # The states whose alert a quiet scenario must never reach: their longest quiet run bounds the
@@ -117,8 +120,10 @@ class Budget:
     def notify_worst(self) -> float:
         # The signal lands up to one scrape late; the recording rule and then the alert (another
         # group, with its own offset) each evaluate up to one interval later; then the sustain
-        # and Alertmanager's wait for the rest of the group.
-        return self.scrape + 2 * self.evaluation + self.sustain + self.group_wait
+        # and Alertmanager's wait for the rest of the group. A feature alert's sustain is part
+        # of its condition, already held at its onset.
+        sustain = 0.0 if self.alert in FEATURE_ALERTS else self.sustain
+        return self.scrape + 2 * self.evaluation + sustain + self.group_wait
 
     @property
     def resolve_worst(self) -> float:
@@ -158,6 +163,9 @@ def budgets(s: Settings) -> dict[str, Budget]:
                                                         prom["global"]["scrape_interval"]))
                     for k in ("sglang_job", "gateway_job"))
     pd_alerts = set(pd_rules.ALERTS.values())
+    # A feature alert reads SGLang's own counters.
+    sglang_scrape = seconds(jobs[t["selectors"]["sglang_job"]].get(
+        "scrape_interval", prom["global"]["scrape_interval"]))
     out = {}
     for path in promtool_eval.rule_files(s):
         for group in yaml.safe_load(path.read_text())["groups"]:
@@ -165,7 +173,8 @@ def budgets(s: Settings) -> dict[str, Budget]:
                 if r.get("alert") not in CLASS_ALERT.values():
                     continue
                 route = _route_for(r["labels"]["severity"], am)
-                scrape = pd_scrape if r["alert"] in pd_alerts else seconds(exporter)
+                scrape = (pd_scrape if r["alert"] in pd_alerts else sglang_scrape
+                          if r["alert"] in FEATURE_ALERTS else seconds(exporter))
                 out[r["alert"]] = Budget(
                     r["alert"], r["labels"]["severity"], scrape, evaluation,
                     state_sustain.get(r["alert"], seconds(r.get("for", "0s"))),
@@ -553,7 +562,10 @@ def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> 
         "alertmanager.yml). Worst case onset → notification: one scrape of the signal, two",
         "evaluations (the recording rule, then the alert in its own group), the sustain, and",
         "group_wait. Worst case clear → resolved: the same path, `keep_firing_for:`, and the",
-        "group's next flush (group_interval).",
+        "group's next flush (group_interval). A feature alert's sustain is part of its",
+        "condition (\"collapsed for 10 minutes\"): its onset is the moment that has held, so its",
+        "worst case leaves the sustain out; the 1-minute rate it reads adds up to a minute,",
+        "measured below.",
         "",
         *_budget_table(b),
         "",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from sglang_obs.core import shown
 from sglang_obs.core.settings import Settings
 from sglang_obs.exporter.status import StatusBoard, load_classification
 from sglang_obs.exporter.status_page import GlancePages
@@ -37,6 +38,7 @@ class _Frozen:
 
     def __init__(self, status: dict):
         self._status = status
+        self.hidden = shown.Tally()  # the page counts what it leaves out (status_page.py)
 
     def status(self) -> dict:
         return copy.deepcopy(self._status)
