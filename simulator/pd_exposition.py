@@ -20,13 +20,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from sglang_obs.simulator import endpoints, shapes
 from sglang_obs.simulator.exposition import P, SimCollector, _add_histogram
 from sglang_obs.simulator.model import Histogram
 from sglang_obs.simulator.pd import KV_HISTOGRAMS, Deployment, Engine
-from sglang_obs.simulator.plain_text import family_text
+from sglang_obs.simulator.plain_text import family_text, metrics_route
 from sglang_obs.simulator.profiles import Profile
 
 log = logging.getLogger("sglang_obs.simulator")
@@ -207,7 +207,7 @@ def engine_app(dep: Deployment, engine: Engine, lock: threading.Lock,
     registry = CollectorRegistry()
     registry.register(collector)
     metrics_app = make_wsgi_app(registry)
-    text = MetricsText(collector)
+    metrics = metrics_app if negotiate else metrics_route(MetricsText(collector), metrics_app)
     cfg = engine.server.cfg
     routes: dict[str, Callable[[], Any]] = {
         "/server_info": lambda: server_info(engine, profile),
@@ -228,13 +228,7 @@ def engine_app(dep: Deployment, engine: Engine, lock: threading.Lock,
         path = environ.get("PATH_INFO", "/")
         with lock:
             if path == "/metrics":
-                encoder, _ = choose_encoder(environ.get("HTTP_ACCEPT", ""))
-                if negotiate or encoder is not generate_latest:
-                    return metrics_app(environ, start_response)
-                body = text()
-                start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4),
-                                          ("Content-Length", str(len(body)))])
-                return [body]
+                return metrics(environ, start_response)
             if path in health:
                 start_response("200 OK", [("Content-Length", "0")])
                 return [b""]

@@ -56,16 +56,21 @@ def family_text(metric) -> str:
     return "".join(out)
 
 
-def metrics_route(families: Callable[[], Iterable], metrics_app: Callable) -> Callable:
-    """A WSGI /metrics: the plain text written here when the request would get
-    generate_latest's (no gzip, no `name[]` filter), prometheus_client's own app otherwise."""
+def families_text(families: Callable[[], Iterable]) -> Callable[[], bytes]:
+    """The plain text of what `families()` yields, written afresh at each call."""
+    return lambda: "".join(family_text(f) for f in families()).encode()
+
+
+def metrics_route(text: Callable[[], bytes], metrics_app: Callable) -> Callable:
+    """A WSGI /metrics: `text()` when the request would get generate_latest's output (no gzip,
+    no `name[]` filter), prometheus_client's own app otherwise."""
 
     def app(environ, start_response):
         encoder, _ = choose_encoder(environ.get("HTTP_ACCEPT", ""))
         if (encoder is not generate_latest or environ.get("QUERY_STRING")
                 or "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")):
             return metrics_app(environ, start_response)
-        body = "".join(family_text(f) for f in families()).encode()
+        body = text()
         start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4),
                                   ("Content-Length", str(len(body)))])
         return [body]

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from sglang_obs.simulator import endpoints
 from sglang_obs.simulator.exposition import SimCollector
 from sglang_obs.simulator.logs import format_event
-from sglang_obs.simulator.plain_text import metrics_route
+from sglang_obs.simulator.plain_text import families_text, metrics_route
 from sglang_obs.simulator.simulation import Simulation
 
 log = logging.getLogger("sglang_obs.simulator")
@@ -62,7 +62,7 @@ def make_app(sim: Simulation, lock: threading.Lock, metrics_escaping: str = "neg
     profile = sim.profile
     registry = CollectorRegistry()
     registry.register(SimCollector(lambda: sim.server, profile))
-    metrics_app = metrics_route(registry.collect, make_wsgi_app(registry))
+    metrics_app = metrics_route(families_text(registry.collect), make_wsgi_app(registry))
 
     def json_response(start_response, payload, status="200 OK"):
         body = json.dumps(payload).encode()
