@@ -84,7 +84,7 @@ class Profile:
     # -- behaviour -------------------------------------------------------------------------
     @property
     def decode_report_zeroes_cache_hit_rate(self) -> bool:
-        return not self.at_least("0.5.20")  # "<= 0.5.17 every decode report reset it to 0"
+        return not self.at_least("0.5.20")  # up to 0.5.19 every decode report set it to 0
 
     @property
     def load_endpoint(self) -> str:
