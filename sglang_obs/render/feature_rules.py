@@ -49,10 +49,22 @@ def records(t: dict) -> list[tuple[str, str, str]]:
     ]
 
 
+SPEC_WINDOW_SECONDS = 60  # SPEC_ACCEPT_1M's rate window
+
+
+def _minus(duration: str, seconds: int) -> str:
+    """`duration` (s, m or h) less `seconds`, in whole minutes where it is some."""
+    left = int(float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]) - seconds
+    return f"{left // 60}m" if left % 60 == 0 else f"{left}s"
+
+
 def alerts(t: dict) -> list[dict]:
     """Keyword arguments of rules.Alert, one per feature alert."""
+    from sglang_obs.render.rules import duration_words  # rules.py imports this module
+
     f = t["features"]
     floor, low = f["spec_min_verify_rps"], f["spec_collapse_accept_length"]
+    held = f["spec_collapse_for"]
     return [dict(
         name=ALERTS["spec_collapsed"],
         expr=f"""
@@ -60,14 +72,18 @@ def alerts(t: dict) -> list[dict]:
 and on (cluster, instance, model_name) {SPEC_VERIFY_RATE} > {floor}""",
         comment="Speculation that no longer pays: each step still runs the draft model and "
                 "the wider verify.",
-        severity="warning", for_=f["spec_collapse_for"],
+        # "Collapsed for 10 minutes": each evaluation's ratio covers the minute before it, so
+        # the for: is the rest: the ratio has been low over the whole 10 minutes when it fires.
+        severity="warning", for_=_minus(held, SPEC_WINDOW_SECONDS),
         summary="SGLang speculative decoding has collapsed.",
         description="{{ $labels.instance }} ({{ $labels.model_name }}): "
-                    "{{ $value | printf \"%.2f\" }} tokens per verify step for {for}: the draft "
+                    "{{ $value | printf \"%.2f\" }} tokens per verify step, under "
+                    f"{low} for {duration_words(held)}: the draft "
                     "model's guesses are rejected, and each decode step pays for drafting and "
                     "verifying them.",
-        fires_when=f"tokens per verify step over each minute (`{SPEC_ACCEPT_1M}`: generated "
-                   f"tokens over `spec_verify_calls_total`, SGLang 0.5.13+) stay below {low} "
-                   f"for {f['spec_collapse_for']}, while the server verifies > {floor} steps/s "
-                   "over 5 minutes",
+        fires_when=f"tokens per verify step (generated tokens over `spec_verify_calls_total`, "
+                   f"SGLang 0.5.13+) have stayed below {low} for {held}: the ratio over the "
+                   f"last minute (`{SPEC_ACCEPT_1M}`) below {low} at every evaluation for "
+                   f"{_minus(held, SPEC_WINDOW_SECONDS)}, while the server verifies > {floor} "
+                   "steps/s over 5 minutes",
         dashboard="sglang-overview")]
