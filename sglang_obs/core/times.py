@@ -36,3 +36,11 @@ def parse_time(text: str, now: float | None = None, flag: str = "",
 
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration_words(duration: str) -> str:
+    """"30s" -> "30 seconds": a description that names its own for: reads it from the rule."""
+    number, unit = int(duration[:-1]), {"s": "second", "m": "minute", "h": "hour"}[duration[-1]]
+    if unit == "second" and number >= 60 and number % 60 == 0:
+        number, unit = number // 60, "minute"
+    return f"{number} {unit}{'s' if number != 1 else ''}"

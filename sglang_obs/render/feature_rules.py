@@ -9,6 +9,8 @@ records and alerts are absent there (no zero to misread).
 
 from __future__ import annotations
 
+from sglang_obs.core.times import duration_words
+
 # Truth class of a simulator scenario (simulator/scenario.py) -> the alert that names it.
 ALERTS = {
     "spec_collapsed": "SGLangSpeculativeDecodingCollapsed",
@@ -60,8 +62,6 @@ def _minus(duration: str, seconds: int) -> str:
 
 def alerts(t: dict) -> list[dict]:
     """Keyword arguments of rules.Alert, one per feature alert."""
-    from sglang_obs.render.rules import duration_words  # rules.py imports this module
-
     f = t["features"]
     floor, low = f["spec_min_verify_rps"], f["spec_collapse_accept_length"]
     held = f["spec_collapse_for"]

@@ -22,6 +22,7 @@ import yaml
 from sglang_obs.core import quantities, settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import PD_PRIORITY, PD_STATES, STATES
+from sglang_obs.core.times import duration_words
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
 from sglang_obs.render import feature_rules, pd_rules
 
@@ -995,14 +996,6 @@ _Dumper.add_representer(str, _str)
 def runbook_anchor(alert_name: str) -> str:
     """The runbook section of an alert: its heading is the name, so GitHub's anchor is this."""
     return alert_name.lower()
-
-
-def duration_words(duration: str) -> str:
-    """"30s" -> "30 seconds": a description that names its own for: reads it from the rule."""
-    number, unit = int(duration[:-1]), {"s": "second", "m": "minute", "h": "hour"}[duration[-1]]
-    if unit == "second" and number >= 60 and number % 60 == 0:
-        number, unit = number // 60, "minute"
-    return f"{number} {unit}{'s' if number != 1 else ''}"
 
 
 # In a fleet the dashboard link opens on the alert's cluster and host (Grafana's var- URL
