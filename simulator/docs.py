@@ -34,6 +34,11 @@ PARAMETERS = {
     "speculative_num_steps": "draft steps per verify (reported as `spec_num_steps`)",
     "speculative_num_draft_tokens": "tokens verified per request per step (the accept rate's "
                                     "denominator is this minus 1)",
+    "enable_hierarchical_cache": "HiCache: a host-memory tier behind the device radix cache "
+                                 "(its series appear only with it)",
+    "hicache_ratio": "HiCache host pool over the device pool, in tokens",
+    "hicache_write_policy": "`write_through` (copies queued as the cache takes tokens in) or "
+                            "`write_back` (copied at eviction)",
     "enable_mixed_chunk": "as given on the command line; the effective value is reported",
     "num_continuous_decode_steps": "decode steps per decode round",
     "decode_log_interval": "decode iterations between stats reports and Decode batch lines",
@@ -47,6 +52,10 @@ PARAMETERS = {
     "spec_step_overhead_ratio": "speculative decoding: the draft steps and the wider verify, as "
                                 "a share of a plain decode step's time",
     "prefill_s_per_token": "compute per new prompt token",
+    "hicache_load_s_per_token": "HiCache: seconds to load one host-tier token back to the "
+                                "device, added to its prefill",
+    "hicache_backup_tokens_per_s": "HiCache: device-to-host copy throughput; a token evicted "
+                                   "before its copy is made is dropped",
     "prefill_s_per_token_context": "attention: extra seconds per new token per context token",
     "prefill_small_batch_tokens": "per-token cost x (1 + this / batch tokens): small chunks "
                                   "use the GPU less well",

@@ -141,7 +141,7 @@ MODELLED = frozenset(
         "inter_token_latency_seconds", "e2e_request_latency_seconds",
         "request_time_per_output_token_seconds", "prompt_tokens_histogram",
         "generation_tokens_histogram", "uncached_prompt_tokens_histogram",
-        "spec_verify_calls_total")})
+        "spec_verify_calls_total", "evicted_tokens_total")})
 
 
 class SimCollector:
@@ -268,9 +268,11 @@ class SimCollector:
                 c = sched.counters
                 for mode, value in (("input", c["prefill_input"]),
                                     ("device_hit", c["prefill_device_hit"]),
-                                    ("host_hit", 0.0), ("storage_hit", 0.0)):
+                                    ("host_hit", c["prefill_host_hit"]),
+                                    ("storage_hit", 0.0)):
                     eff.add_metric([*lab, mode], value)
             yield eff
+        yield from self._radix_cache_families(server)
         if p.at_least("0.5.20"):
             idle = CounterMetricFamily(P + "scheduler_idle_seconds", "Scheduler idle time.",
                                        labels=list(every_rank[0]))
@@ -294,6 +296,75 @@ class SimCollector:
                 yield family
             if stage.samples:
                 yield stage
+
+    def _radix_cache_families(self, server: Server):
+        """The radix cache's collector (one per scheduler rank) and HiCache's host pool."""
+        p, cfg = self.profile, server.cfg
+        hicache = cfg.enable_hierarchical_cache
+        reporting = [(s, self._rank_labels(server, s.dp_rank, 0)) for s in server.schedulers]
+        if hicache and p.at_least("0.5.10"):
+            for name, help_, value in (
+                ("hicache_host_used_tokens",
+                 "Number of tokens currently used in the host KV cache.",
+                 lambda s: s.reported.host_used_tokens),
+                ("hicache_host_total_tokens", "Total capacity of the host KV cache in tokens.",
+                 lambda s: s.host.total)):
+                family = GaugeMetricFamily(P + name, help_, labels=list(reporting[0][1]))
+                for sched, lab in reporting:
+                    if sched.has_reported:
+                        family.add_metric(list(lab.values()), float(value(sched)))
+                if family.samples:
+                    yield family
+        if not p.at_least("0.5.6"):
+            return
+        # Labels: the cache class and the rank (0.5.21+); before, the class only, so the
+        # ranks' identical counts add up in one series.
+        cache_type = ("UnifiedRadixCache" if p.at_least("0.5.21") else "HiRadixCache") \
+            if hicache else "RadixCache"
+        per_rank = p.at_least("0.5.21")
+        ranks = [(s, {"cache_type": cache_type,
+                      **({"dp_rank": str(s.dp_rank or 0), "pp_rank": "0", "tp_rank": str(r)}
+                         if per_rank else {})})
+                 for s in server.schedulers
+                 for r in (range(self._ranks_per_dp(server)) if per_rank else [0])]
+        fold = 1 if per_rank else self._ranks_per_dp(server)
+        names = list(ranks[0][1])
+        # Bytes of one rank's KV shard per token: its KV memory over the device pool.
+        shard_bytes = cfg.kv_cache_memory_gb * 1e9 / cfg.max_total_num_tokens
+
+        def counter(name, help_, value, extra=None):
+            extra = extra or {}
+            family = CounterMetricFamily(P + name, help_, labels=[*names, *extra])
+            for sched, lab in ranks:
+                family.add_metric([*lab.values(), *extra.values()], value(sched) * fold)
+            return family
+
+        yield counter("evicted_tokens", "The number of device KV token slots freed by eviction.",
+                      lambda s: s.counters["evicted"])
+        if not hicache:
+            return
+        pool = {"pool": "kv"} if p.at_least("0.5.18") else {}
+        yield counter("load_back_tokens", "Tokens loaded back from host to device.",
+                      lambda s: s.host.counters["load_back"], pool)
+        if not p.at_least("0.5.18"):
+            return
+        yield counter("load_back_bytes", "Bytes loaded back from host to device.",
+                      lambda s: s.host.counters["load_back"] * shard_bytes)
+        yield counter("hicache_backup_tokens", "Tokens backed up from device to host.",
+                      lambda s: s.host.counters["backup"], pool)
+        yield counter("hicache_backup_bytes", "Bytes backed up from device to host.",
+                      lambda s: s.host.counters["backup"] * shard_bytes)
+        reasons = ["host_pressure"] + ([] if cfg.hicache_write_policy == "write_back"
+                                       else ["write_through_unbacked_eviction"])
+        dropped = CounterMetricFamily(
+            P + "hicache_dropped_tokens",
+            "Device KV tokens destroyed without a host backup.",
+            labels=[*names, "reason", "pool"])
+        for sched, lab in ranks:
+            for reason in reasons:
+                dropped.add_metric([*lab.values(), reason, "kv"],
+                                   sched.host.counters[f"dropped_{reason}"] * fold)
+        yield dropped
 
     # -- tokenizer side ----------------------------------------------------------------------
     def _tokenizer_families(self, server: Server):
@@ -325,8 +396,12 @@ class SimCollector:
         cached = CounterMetricFamily(
             P + "cached_tokens", "Number of cached prompt tokens.",
             labels=base_names + (["cache_source"] if p.cache_source_label else []))
-        cached.add_metric(base_values + (["device"] if p.cache_source_label else []),
-                          tk.cached_tokens)
+        if not p.cache_source_label:
+            cached.add_metric(base_values, tk.cached_tokens)
+        else:  # the scheduler's breakdown: host hits with HiCache on
+            cached.add_metric(base_values + ["device"], tk.cached_tokens - tk.cached_host_tokens)
+            if cfg.enable_hierarchical_cache:
+                cached.add_metric(base_values + ["host"], tk.cached_host_tokens)
         yield cached
         if p.at_least("0.5.13") and tk.spec_verify_calls:  # from the first verified request
             verify = CounterMetricFamily(P + "spec_verify_calls",

@@ -23,6 +23,7 @@ from sglang_obs.simulator.events import (
     Retraction,
     StartupCapacity,
 )
+from sglang_obs.simulator.hicache import HostTier
 
 IDLE_REFRESH_SECONDS = 30.0
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang caps the per-request decode reservation at this
@@ -54,6 +55,12 @@ class ServerConfig:
     # verified per step, so at most steps + 1 tokens a step)
     speculative_num_steps: int = 3
     speculative_num_draft_tokens: int = 4
+    # HiCache (simulator/hicache.py): a host-memory tier behind the device radix cache
+    # (--enable-hierarchical-cache, --hicache-ratio: host pool over the device pool,
+    # --hicache-write-policy: write_through, SGLang's default, or write_back).
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float = 2.0
+    hicache_write_policy: str = "write_through"
     enable_mixed_chunk: bool = False
     num_continuous_decode_steps: int = 1
     decode_log_interval: int = 40
@@ -89,6 +96,10 @@ class PerfModel:
     # Speculative decoding: the draft model's steps and the wider verify, as a share of a plain
     # decode step's time. Speculation pays while accept length > 1 + this share.
     spec_step_overhead_ratio: float = 0.0
+    # HiCache: loading a host-tier prefix back to the device (host-to-device copy, in the
+    # prefill), and the device-to-host copy engine's throughput for backups.
+    hicache_load_s_per_token: float = 1.5e-6
+    hicache_backup_tokens_per_s: float = 200_000.0
 
 
 @dataclass
@@ -103,8 +114,11 @@ class Request:
     # Speculative decoding: the tokens one decode step yields for this request (how well the
     # draft model predicts its text); None: the server's spec_accept_length.
     accept_length: float | None = None
+    # The reusable prefix tokens its prefix is drawn from (None: any cached prefix will do).
+    working_set: float | None = None
     # progress
     cached_len: int = 0  # prefix hit, fixed when first scheduled
+    host_cached_len: int = 0  # the part of it loaded back from HiCache's host tier
     prefilled: int = 0  # prompt tokens in KV (cached + computed)
     generated: float = 0.0
     scheduled_at: float | None = None
@@ -209,6 +223,7 @@ class TokenizerStats:
     generation_tokens: dict[bool, float] = field(default_factory=dict)
     requests: dict[bool, float] = field(default_factory=dict)
     cached_tokens: float = 0.0
+    cached_host_tokens: float = 0.0  # of which loaded back from HiCache's host tier
     aborted: float = 0.0
     spec_verify_calls: float = 0.0  # lazy family: from the first request with a verify
     cfg: ServerConfig | None = None
@@ -235,6 +250,7 @@ class TokenizerStats:
         self.generation_tokens[s] = self.generation_tokens.get(s, 0) + out
         self.requests[s] = self.requests.get(s, 0) + 1
         self.cached_tokens += req.cached_len
+        self.cached_host_tokens += req.host_cached_len
         if self.cfg is not None:
             self.spec_verify_calls += verify_count(req, self.cfg)
         self.histogram("e2e", s).observe(now - req.start)
@@ -262,6 +278,7 @@ class Reported:
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO
     retracted_since_last: int = 0
     decode_sum_seq_lens: int = 0
+    host_used_tokens: float = 0.0  # HiCache host pool
 
 
 class Scheduler:
@@ -282,6 +299,12 @@ class Scheduler:
         self.running: list[Request] = []
         # Radix-cache tokens of finished requests: free on demand, reused on a prefix hit.
         self.evictable = min(warm_cache_tokens, cfg.max_total_num_tokens)
+        self.host: HostTier | None = None
+        if cfg.enable_hierarchical_cache:
+            self.host = HostTier(total=cfg.hicache_ratio * cfg.max_total_num_tokens,
+                                 backup_tokens_per_s=perf.hicache_backup_tokens_per_s,
+                                 write_back=cfg.hicache_write_policy == "write_back")
+            self.host.warm(self.evictable)
         # KV held outside the batch (simulator/pd.py): a prefill server's prompts being sent, a
         # decode server's preallocations. 0 on a unified server.
         self.held_tokens = 0
@@ -303,7 +326,7 @@ class Scheduler:
             "realtime_prefill_compute": 0.0, "realtime_prefill_cache": 0.0,
             "realtime_decode": 0.0, "retracted_requests": 0.0, "retracted_input_tokens": 0.0,
             "retracted_output_tokens": 0.0, "idle_seconds": 0.0, "prefill_input": 0.0,
-            "prefill_device_hit": 0.0,
+            "prefill_device_hit": 0.0, "prefill_host_hit": 0.0, "evicted": 0.0,
         }
         self.retracted_ever = False
 
@@ -333,7 +356,24 @@ class Scheduler:
         used = self.used_tokens if used is None else used
         free_unevictable = self.cfg.max_total_num_tokens - used - self.evictable
         if tokens > free_unevictable:
-            self.evictable = max(self.evictable - (tokens - free_unevictable), 0)
+            self._evict(tokens - free_unevictable, used)
+
+    def _evict(self, tokens: int, used: int | None = None) -> None:
+        """Free up to `tokens` radix-cache tokens (`used`: used_tokens, when the caller has
+        it); HiCache's host tier keeps what was copied to it."""
+        tokens = min(max(tokens, 0), self.evictable)
+        if not tokens:
+            return
+        used = self.used_tokens if used is None else used
+        if self.host is not None:
+            self.host.evict(tokens, resident=used + self.evictable)
+        self.evictable -= tokens
+        self.counters["evicted"] += tokens
+
+    def trim_cache(self) -> None:
+        """Evict what no longer fits beside the tokens in use."""
+        used = self.used_tokens
+        self._evict(self.evictable - (self.cfg.max_total_num_tokens - used), used)
 
     # -- main loop ------------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -363,6 +403,8 @@ class Scheduler:
             idle_until = min(until, self.last_report_at + IDLE_REFRESH_SECONDS)
             idle_until = max(idle_until, self.now)
             self.counters["idle_seconds"] += idle_until - self.now
+            if self.host is not None:
+                self.host.drain(max(idle_until, self.now) - self.now)
             self.now = idle_until if idle_until > self.now else until
 
     def _pick(self) -> Request:
@@ -370,17 +412,32 @@ class Scheduler:
             return max(self.waiting, key=lambda r: r.input_len * r.cached_fraction)
         return self.waiting[0]
 
+    @staticmethod
+    def _lookup(prefix: int, working_set: float | None, device: float,
+                host: float) -> tuple[int, int]:
+        """(device hit, host hit) of a `prefix` drawn from a `working_set` of reusable tokens
+        while the device cache holds `device` tokens and the host tier `host` more; without a
+        working set any cached tokens will do."""
+        if working_set is None:
+            on_device = min(prefix, device)
+            return int(on_device), int(min(prefix - on_device, host))
+        on_device = min(prefix * min(device / working_set, 1.0), device)
+        rest = max(working_set - device, 1.0)
+        in_host = min((prefix - on_device) * min(host / rest, 1.0), host)
+        return int(on_device), int(in_host)
+
     def _form_prefill_batch(self):
         if not self.waiting and self.chunked is None:
             return None  # nothing to prefill (spares the pool sums below)
         cfg = self.cfg
         chunk_budget = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else math.inf
         input_budget = cfg.max_prefill_tokens
-        parts: list[tuple[Request, int, int]] = []  # (request, new tokens, newly cached tokens)
+        # (request, new tokens, newly cached tokens, of which loaded back from the host tier)
+        parts: list[tuple[Request, int, int, int]] = []
         if self.chunked is not None:
             req = self.chunked
             take = int(min(req.prompt_len - req.prefilled, chunk_budget))
-            parts.append((req, take, 0))
+            parts.append((req, take, 0, 0))
             chunk_budget -= take
             input_budget -= take
         # KV check as SGLang's prefill adder does it: free (incl. evictable) tokens minus the
@@ -391,6 +448,7 @@ class Scheduler:
         room = self.free_tokens - reserved - chunk_rest
         admitted = len(self.running) + (1 if self.chunked else 0)
         cache_left = self.evictable  # prefixes found in the radix cache are reused from it
+        host_left = self.host.only if self.host is not None else 0.0  # then in the host tier
         while self.waiting and admitted < cfg.max_running_requests and chunk_budget > 0:
             req = self._pick()
             if req.kv_ready and req.scheduled_at is None:
@@ -400,13 +458,16 @@ class Scheduler:
                 req.scheduled_at = self.now
                 self.queue_time.observe(self.now - req.arrival)
                 self.held_tokens -= req.prompt_len
-                parts.append((req, 0, 0))
+                parts.append((req, 0, 0, 0))
                 admitted += 1
                 continue
+            host_hit = 0
             if req.scheduled_at is not None:
                 cached = req.cached_len
             else:  # a prefix hit needs the prefix to still be in the cache
-                cached = min(int(req.input_len * req.cached_fraction), cache_left)
+                prefix = int(req.input_len * req.cached_fraction)
+                cached, host_hit = self._lookup(prefix, req.working_set, cache_left, host_left)
+                cached += host_hit
             uncached = req.prompt_len - max(req.prefilled, cached)
             # The reused prefix is locked out of the evictable pool, so it needs room too.
             need = req.prompt_len - req.prefilled + req.reserve(self.new_token_ratio)
@@ -421,11 +482,13 @@ class Scheduler:
             if req.scheduled_at is None:
                 req.scheduled_at = self.now
                 req.cached_len = cached
+                req.host_cached_len = host_hit
                 self.queue_time.observe(self.now - req.arrival)
             newly_cached = max(cached - req.prefilled, 0)
-            cache_left -= newly_cached
+            cache_left -= newly_cached - host_hit
+            host_left -= host_hit
             req.prefilled = max(req.prefilled, cached)
-            parts.append((req, take, newly_cached))
+            parts.append((req, take, newly_cached, host_hit))
             admitted += 1
             room -= need
             chunk_budget -= take
@@ -438,24 +501,33 @@ class Scheduler:
 
     def _run_prefill(self, parts) -> None:
         perf = self.perf
-        new_tokens = sum(take for _, take, _ in parts)
-        cached_tokens = sum(newly for _, _, newly in parts)
+        new_tokens = sum(take for _, take, _, _ in parts)
+        cached_tokens = sum(newly for _, _, newly, _ in parts)
+        host_tokens = sum(host for _, _, _, host in parts)
         # Per-token cost falls with batch size (better utilisation); attention grows with
         # the context each new token sits in.
         per_token = perf.prefill_s_per_token * (1 + perf.prefill_small_batch_tokens /
                                                 max(new_tokens, 1))
         seconds = perf.prefill_overhead_s + sum(
             take * (per_token + perf.prefill_s_per_token_context * (req.prefilled + take / 2))
-            for req, take, _ in parts)
+            for req, take, _, _ in parts)
+        if self.host is not None and host_tokens:  # host-to-device loads before the forward
+            seconds += self.host.load_back(host_tokens, perf.hicache_load_s_per_token)[1]
         seconds /= self.speed
-        # Reused prefixes move from the evictable cache into the running requests.
-        self.evictable = max(self.evictable - cached_tokens, 0)
-        for _req, take, _ in parts:
+        # Reused prefixes move from the evictable cache into the running requests; prefixes
+        # loaded back from the host tier take device room like computed tokens.
+        self.evictable = max(self.evictable - (cached_tokens - host_tokens), 0)
+        for _req, take, _, _ in parts:
             self._allocate(take)
+        if host_tokens:
+            self._allocate(host_tokens)
+        if self.host is not None:
+            self.host.insert(new_tokens)
+            self.host.drain(seconds)
         self.now += seconds
         self.busy_seconds += seconds
         self.chunked = None
-        for req, take, _ in parts:
+        for req, take, _, _ in parts:
             req.prefilled += take
             if req.prefilled < req.prompt_len:
                 self.chunked = req
@@ -471,7 +543,8 @@ class Scheduler:
         self.counters["realtime_prefill_compute"] += new_tokens
         self.counters["realtime_prefill_cache"] += cached_tokens
         self.counters["prefill_input"] += new_tokens
-        self.counters["prefill_device_hit"] += cached_tokens
+        self.counters["prefill_device_hit"] += cached_tokens - host_tokens
+        self.counters["prefill_host_hit"] += host_tokens
         hit = cached_tokens / (cached_tokens + new_tokens) if cached_tokens + new_tokens else 0.0
         self.reported.cache_hit_rate = hit
         self._report()
@@ -500,6 +573,8 @@ class Scheduler:
         if cfg.speculative_algorithm:
             seconds *= 1 + perf.spec_step_overhead_ratio
         self._allocate(needed, used=kv)
+        if self.host is not None:
+            self.host.drain(seconds)
         self.now += seconds
         self.busy_seconds += seconds
         itl = self.tokenizer.histogram("itl")
@@ -555,7 +630,7 @@ class Scheduler:
             req.prefilled = 0
             self.waiting.insert(0, req)
             retracted += 1
-        self.evictable = min(self.evictable, self.free_tokens)
+        self.trim_cache()
         self.counters["retracted_requests"] += retracted
         self.retracted_since_report += retracted
         self.retracted_ever = True
@@ -574,10 +649,12 @@ class Scheduler:
                 self.tokenizer.finished(req, self.now)
                 # Its tokens stay in the radix cache for the next turn of the session.
                 self.evictable += req.kv_tokens
+                if self.host is not None:  # its output joins the cache: a copy is queued
+                    self.host.insert(int(req.generated))
             else:
                 still.append(req)
         self.running = still
-        self.evictable = min(self.evictable, self.free_tokens)
+        self.trim_cache()
 
     def _report(self, idle: bool = False) -> None:
         r = self.reported
@@ -589,6 +666,9 @@ class Scheduler:
         r.new_token_ratio = self.new_token_ratio
         r.retracted_since_last = self.retracted_since_report
         r.decode_sum_seq_lens = sum(req.kv_tokens for req in self.running)
+        if self.host is not None:
+            self.host.release(r.used_tokens + self.evictable)
+            r.host_used_tokens = self.host.used
         if not self.cfg.speculative_algorithm:
             r.spec_accept_length = 0.0
         elif self.verifies_since_report:  # accepted tokens per verify over the interval

@@ -369,7 +369,7 @@ class Deployment(Looping):
                 break
             del d.prealloc[i]
             s.held_tokens += req.input_len
-            s.evictable = min(s.evictable, s.free_tokens)
+            s.trim_cache()
             held += 1
             spare -= req.input_len
             req.t_alloc = at
@@ -468,7 +468,7 @@ class Deployment(Looping):
         s.held_tokens -= tokens
         if to_cache:  # a sent prompt stays in the prefill server's radix cache
             s.evictable += tokens
-        s.evictable = min(s.evictable, s.free_tokens)
+        s.trim_cache()
 
     def _first_token(self, d: Engine, req: PdRequest) -> None:
         d_req = req.d_req

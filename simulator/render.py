@@ -69,9 +69,9 @@ class Rendered:
     step: float
     steps: int
     series: dict[tuple[str, Labels], dict[int, float]] = field(default_factory=dict)
-    # The truth behind the series: (seconds since step 0, prompt tokens, prefix-cached tokens)
-    # of each request as it finished.
-    finished: list[tuple[float, int, int]] = field(default_factory=list)
+    # The truth behind the series: (seconds since step 0, prompt tokens, prefix-cached tokens,
+    # of which loaded back from HiCache's host tier) of each request as it finished.
+    finished: list[tuple[float, int, int, int]] = field(default_factory=list)
 
     def add(self, name: str, labels: dict[str, str], index: int, value: float) -> None:
         key = (name, tuple(sorted(labels.items())))
@@ -194,7 +194,7 @@ def render(scenario: Scenario, release: str | None = None, start: float = 0.0,
     out = Rendered(start=start, step=step, steps=int(scenario.duration // step) + 1)
 
     def finished(req, t: float) -> None:
-        out.finished.append((t, req.input_len, req.cached_len))
+        out.finished.append((t, req.input_len, req.cached_len, req.host_cached_len))
         sink(req, t)
 
     sim = Simulation(scenario, release, start_ts=start, on_event=events, on_request=finished)

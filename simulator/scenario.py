@@ -17,6 +17,10 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
       # with server.speculative_algorithm: tokens per decode step of this phase's requests
       # (how well the draft model predicts them; default server.spec_accept_length)
       - {at: 900, rate: 0.3, spec_accept_length: {uniform: [1.0, 1.2]}}
+      # the distinct reusable prefix tokens this phase's requests draw their prefixes from (a
+      # ramp: a growing working set); a prefix is then on the device with the chance that the
+      # radix cache holds it, else in HiCache's host tier with the chance that tier holds it
+      - {at: 1000, rate: 0.5, working_set_tokens: {ramp: [100000, 600000]}}
     faults:
       - {at: 900, kind: crash, downtime: 40}
       - {at: 1200, kind: gpu_slowdown, factor: 0.5, duration: 300}
@@ -45,7 +49,7 @@ SCENARIO_DIR = Path(__file__).parent / "scenarios"
 # The server states of the classification, and gpu_lost: a host fault that takes the server with
 # it (its alert is GPULost, not the server's state).
 CLASSES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",
-           "kv_capacity", "scheduling_bottleneck", "gpu_lost", "spec_collapsed")
+           "kv_capacity", "scheduling_bottleneck", "gpu_lost", "spec_collapsed", "hicache_dropping")
 FAULT_KINDS = ("crash", "gpu_slowdown", "xid", "gpu_lost")
 
 
@@ -188,7 +192,7 @@ def _dataclass(cls, values: dict, name: str):
 def _phase(p: Any, i: int) -> dict[str, Any]:
     if not isinstance(p, dict) or ("rate" in p) == ("burst" in p):
         raise ScenarioError(f"load[{i}]: give exactly one of rate or burst")
-    for key in ("input_tokens", "output_tokens", "spec_accept_length"):
+    for key in ("input_tokens", "output_tokens", "spec_accept_length", "working_set_tokens"):
         _draw(p.get(key, 1000), random.Random(0), 0.5, f"load[{i}].{key}")  # validates
     return p
 
@@ -250,4 +254,6 @@ def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[flo
         }))
         if "spec_accept_length" in p:  # drawn only where given: other scenarios keep their draws
             out[-1][1]["accept_length"] = max(_draw(p["spec_accept_length"], rng, progress), 1.0)
+        if "working_set_tokens" in p:  # not drawn: other scenarios keep their draws
+            out[-1][1]["working_set"] = _draw(p["working_set_tokens"], rng, progress)
     return out
