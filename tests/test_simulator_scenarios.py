@@ -86,6 +86,11 @@ def evidence(name, truth):
         accept = w("sglang:spec_accept_length")
         return (share(accept, lambda v: v < 1.5) >= 0.95
                 and share(ratio, lambda v: v < 0.9) == 1 and share(kv, lambda v: v < 0.8) == 1)
+    if cls == "hicache_dropping":  # evictions without a host copy, on a server not saturated
+        dropped = w("sglang:hicache_dropped_tokens_total")
+        evicted = w("sglang:evicted_tokens_total")
+        return (dropped[-1] - dropped[0] > 0.1 * (evicted[-1] - evicted[0]) > 0
+                and share(waiting, lambda v: v <= 2) >= 0.9 and share(kv, lambda v: v < 0.8) == 1)
     raise AssertionError(f"no evidence check for class {cls}")
 
 
