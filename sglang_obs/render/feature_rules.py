@@ -14,6 +14,7 @@ from sglang_obs.core.times import duration_words
 # Truth class of a simulator scenario (simulator/scenario.py) -> the alert that names it.
 ALERTS = {
     "spec_collapsed": "SGLangSpeculativeDecodingCollapsed",
+    "hicache_dropping": "SGLangHiCacheDroppingTokens",
 }
 BY = "sum by (cluster, host, instance, model_name)"
 SPEC_ACCEPT = "instance_model:sglang_spec_accept_length:ratio_rate5m"
@@ -21,6 +22,11 @@ SPEC_ACCEPT_1M = "instance_model:sglang_spec_accept_length:ratio_rate1m"
 SPEC_STEPS = "instance:sglang_spec_num_steps:max"
 SPEC_PER_STEP = "instance_model:sglang_spec_accept_length_per_step:ratio"
 SPEC_VERIFY_RATE = "instance_model:sglang_spec_verify_calls:rate5m"
+INSTANCE = "sum by (cluster, host, instance)"
+HICACHE_DROPPED = "instance:sglang_hicache_dropped:ratio_rate5m"
+HICACHE_DROPPED_1M = "instance:sglang_hicache_dropped:ratio_rate1m"
+HICACHE_EVICTED_1M = "instance:sglang_evicted_tokens:rate1m"
+HICACHE_HOST_USED = "instance:sglang_hicache_host_used:ratio"
 
 
 def records(t: dict) -> list[tuple[str, str, str]]:
@@ -48,10 +54,45 @@ def records(t: dict) -> list[tuple[str, str, str]]:
   / on (cluster, instance) group_left () ({SPEC_STEPS} + 1)""",
          "Tokens per verify step over the most a step can yield (the steps plus the bonus "
          "token): 1 when every draft is accepted."),
+        *hicache_records(s),
+    ]
+
+
+def hicache_records(s: str) -> list[tuple[str, str, str]]:
+    """HiCache's host tier. The radix-cache families carry no model_name, and every TP rank
+    reports the same logical token count (one series per rank from 0.5.21, one summed series
+    before): ratios of two such counters hold under both; bytes are per rank's shard, so their
+    sum is the physical total."""
+    def dropped(window: str) -> str:
+        return f"""
+{INSTANCE} (rate(sglang:hicache_dropped_tokens_total{{{s}}}[{window}]))
+  / ({INSTANCE} (rate(sglang:evicted_tokens_total{{{s}}}[{window}])) > 0)"""
+    why = ("Share of the device cache's evicted tokens that no tier kept: evicted before "
+           "their host copy was made (write-through) or refused by a full host pool "
+           "(write-back). HiCache only (0.5.18+).")
+    return [
+        (HICACHE_DROPPED, dropped("5m"), why),
+        (HICACHE_DROPPED_1M, dropped("1m"),
+         "The same over 1 minute, for the alert: its sustain is the minutes it holds."),
+        (HICACHE_EVICTED_1M, f"{INSTANCE} (rate(sglang:evicted_tokens_total{{{s}}}[1m]))",
+         "Device cache tokens evicted per second, summed over the rank series (every TP rank "
+         "evicts the same tokens): the alert's floor, in the ratio's own units."),
+        (HICACHE_HOST_USED, f"""
+max by (cluster, host, instance) (
+  sglang:hicache_host_used_tokens{{{s}}} / (sglang:hicache_host_total_tokens{{{s}}} > 0))""",
+         "HiCache host pool occupancy (0.5.10+). Full is a cache's normal state; it matters "
+         "beside falling host hits or dropped tokens."),
+        ("instance:sglang_hicache_load_back_bytes:rate5m",
+         f"{INSTANCE} (rate(sglang:load_back_bytes_total{{{s}}}[5m]))",
+         "Host-to-device load-back, bytes per second, all ranks' shards (0.5.18+)."),
+        ("instance:sglang_hicache_backup_bytes:rate5m",
+         f"{INSTANCE} (rate(sglang:hicache_backup_bytes_total{{{s}}}[5m]))",
+         "Device-to-host backup, bytes per second, all ranks' shards (0.5.18+)."),
     ]
 
 
 SPEC_WINDOW_SECONDS = 60  # SPEC_ACCEPT_1M's rate window
+HICACHE_WINDOW_SECONDS = 60  # HICACHE_DROPPED_1M's
 
 
 def _minus(duration: str, seconds: int) -> str:
@@ -62,10 +103,37 @@ def _minus(duration: str, seconds: int) -> str:
 
 def alerts(t: dict) -> list[dict]:
     """Keyword arguments of rules.Alert, one per feature alert."""
-    f = t["features"]
+    return [_spec_alert(t["features"]), _hicache_alert(t["features"])]
+
+
+def _hicache_alert(f: dict) -> dict:
+    high, held, floor = f["hicache_drop_ratio"], f["hicache_drop_for"], f["hicache_min_evicted_tps"]
+    return dict(
+        name=ALERTS["hicache_dropping"],
+        expr=f"""
+{HICACHE_DROPPED_1M} > {high}
+and on (cluster, instance) {HICACHE_EVICTED_1M} > {floor}""",
+        comment="Prefixes the cache should have kept are computed again: the host copies "
+                "fall behind what the device evicts.",
+        severity="warning", for_=_minus(held, HICACHE_WINDOW_SECONDS),
+        summary="SGLang HiCache is dropping evicted KV tokens.",
+        description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of the tokens "
+                    "the device cache evicts have no host copy and are lost to every tier "
+                    f"(over {high:.0%} for {duration_words(held)}): host hits fall and the "
+                    "prefill computes them again.",
+        fires_when=f"the share of evicted device tokens that HiCache dropped "
+                   f"(`hicache_dropped_tokens_total` over `evicted_tokens_total`, SGLang "
+                   f"0.5.18+) has stayed above {high} for {held}: the ratio over the last "
+                   f"minute (`{HICACHE_DROPPED_1M}`) above {high} at every evaluation for "
+                   f"{_minus(held, HICACHE_WINDOW_SECONDS)}, while the device evicts > {floor} "
+                   "tokens/s (summed over the rank series)",
+        dashboard="sglang-kv")
+
+
+def _spec_alert(f: dict) -> dict:
     floor, low = f["spec_min_verify_rps"], f["spec_collapse_accept_length"]
     held = f["spec_collapse_for"]
-    return [dict(
+    return dict(
         name=ALERTS["spec_collapsed"],
         expr=f"""
 {SPEC_ACCEPT_1M} < {low}
@@ -86,4 +154,4 @@ and on (cluster, instance, model_name) {SPEC_VERIFY_RATE} > {floor}""",
                    f"last minute (`{SPEC_ACCEPT_1M}`) below {low} at every evaluation for "
                    f"{_minus(held, SPEC_WINDOW_SECONDS)}, while the server verifies > {floor} "
                    "steps/s over 5 minutes",
-        dashboard="sglang-overview")]
+        dashboard="sglang-overview")

@@ -161,6 +161,15 @@ def recording_groups(t: dict) -> list[Group]:
             "Prefix-cache hit ratio from counters: the cache_hit_rate gauge is per batch and "
             "was zeroed by decode reports up to 0.5.19."))
     serving.append(Record(
+        "instance_model_source:sglang_cache_hit:ratio_rate5m",
+        f"""
+sum by (cluster, host, instance, model_name, cache_source) (
+  rate(sglang:cached_tokens_total{{{s}}}[5m]))
+  / ignoring (cache_source) group_left ()
+({by} (rate(sglang:prompt_tokens_total{{{s}}}[5m])) > 0)""",
+        "Prefix-cache hit ratio per tier the hits came from (cache_source: device, host, "
+        "storage; 0.5.9+), from the tokenizer's counters: both count a request when it finishes."))
+    serving.append(Record(
         "instance_model_mode:sglang_prefill_effective_hit:ratio_rate5m",
         f"""
 sum by (cluster, host, instance, model_name, mode) (
