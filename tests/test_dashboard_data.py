@@ -20,6 +20,7 @@ EVENT_ONLY = {
     "Restarts": "crash-restart", "restart": "crash-restart", "OOM": "crash-restart",
     "Exit": "crash-restart", "Uptime": "crash-restart",
     "Poll errors": "crash-restart",  # a poll-error series starts at its first failure
+    "HiCache": "hicache-host-drops",  # a feature the other scenarios do not turn on
 }
 # Opt-in features the simulator does not turn on, with the reason.
 NOT_SIMULATED = {

@@ -59,6 +59,7 @@ THRESHOLDS: dict[str, Any] = dict(settings.thresholds)  # noqa: F821 (set by the
 SLO = THRESHOLDS["slo"]
 CLASSIFY = THRESHOLDS["classification"]
 ALERTS = THRESHOLDS["alerts"]
+FEATURES = THRESHOLDS["features"]
 EXPORTER_JOB = THRESHOLDS["selectors"]["exporter_job"]
 SGLANG_JOB = THRESHOLDS["selectors"]["sglang_job"]
 SHIPPER_JOB = THRESHOLDS["selectors"]["shipper_job"]
@@ -238,7 +239,10 @@ def timeseries(title: str, description: str, queries: Sequence[tuple[str, str]],
                w: int = 8, h: int = 8, thresholds: list[dict] | None = None,
                min_: float | None = None, max_: float | None = None, stack: bool = False,
                bars: bool = False, overrides: list[dict] | None = None,
-               mappings: list | None = None) -> TimeSeries:
+               mappings: list | None = None, no_value: str | None = None) -> TimeSeries:
+    defaults = _defaults(unit, thresholds, min_, max_, mappings=mappings)
+    if no_value:  # what an empty panel says instead of "No data"
+        defaults["noValue"] = no_value
     return TimeSeries(
         title=title, description=description, dataSource=DS, targets=_targets(queries),
         unit=unit, gridPos=_pos(w, h), maxDataPoints=None,
@@ -247,8 +251,7 @@ def timeseries(title: str, description: str, queries: Sequence[tuple[str, str]],
         thresholds=thresholds or steps("green"),
         thresholdsStyleMode="dashed" if thresholds else "off",
         overrides=overrides or [], tooltipMode="multi", tooltipSort="desc",
-        extraJson={"fieldConfig": {"defaults": _defaults(unit, thresholds, min_, max_,
-                                                         mappings=mappings)}},
+        extraJson={"fieldConfig": {"defaults": defaults}},
     )
 
 
@@ -408,23 +411,43 @@ def row(title: str, description: str) -> RowPanel:
 
 
 # -- layout ------------------------------------------------------------------------------------
-def layout(*sections: tuple[str, str, Sequence[Panel]]) -> list[Panel]:
+@attr.s(frozen=True)
+class Feature:
+    """A section for the series of an SGLang feature a server may not turn on: its row is
+    collapsed, so a dashboard of servers without the feature shows a title bar, not empty
+    panels (Grafana has no row that hides itself when its queries are empty)."""
+
+    title: str = attr.ib()
+    description: str = attr.ib()
+    panels: Sequence[Panel] = attr.ib()
+
+
+def layout(*sections: tuple[str, str, Sequence[Panel]] | Feature) -> list[Panel]:
     """Rows of panels: each section is (row title, row description, panels), placed left to
-    right and wrapped at 24 columns. Returns the flat, positioned panel list."""
+    right and wrapped at 24 columns, or a Feature (a collapsed row holding its panels).
+    Returns the positioned panel list."""
     out: list[Panel] = []
     y = 0
-    for title, description, panels in sections:
-        out.append(attr.evolve(row(title, description), gridPos=GridPos(x=0, y=y, w=24, h=1)))
+    for section in sections:
+        feature = isinstance(section, Feature)
+        title, description, panels = ((section.title, section.description, section.panels)
+                                      if feature else section)
+        head = attr.evolve(row(title, description), gridPos=GridPos(x=0, y=y, w=24, h=1))
         y += 1
-        x, line_height = 0, 0
+        x, line_height, placed = 0, 0, []
         for panel in panels:
             w, h = panel.gridPos.w, panel.gridPos.h
             if x + w > 24:
                 x, y, line_height = 0, y + line_height, 0
-            out.append(attr.evolve(panel, gridPos=GridPos(x=x, y=y, w=w, h=h)))
+            placed.append(attr.evolve(panel, gridPos=GridPos(x=x, y=y, w=w, h=h)))
             x += w
             line_height = max(line_height, h)
-        y += line_height
+        if feature:  # the panels live in the row; the next row follows its title bar
+            out.append(attr.evolve(head, collapsed=True, panels=placed))
+            y = head.gridPos.y + 1
+        else:
+            out += [head, *placed]
+            y += line_height
     return out
 
 

@@ -127,6 +127,49 @@ cache = [
                  d.TOKENS_PER_S, w=24, h=7, min_=0, stack=True),
 ]
 
+# HiCache (--enable-hierarchical-cache): the host-memory tier behind the device cache. A server
+# without it has none of these series; the row stays collapsed.
+NO_HICACHE = "No HiCache series: the server runs without --enable-hierarchical-cache"
+DEFAULT_RELEASES = ("a default-flags server (no HiCache) of 0.4.6.post5, 0.5.5, 0.5.12 or 0.5.23 "
+                    "has no")
+hicache = [
+    d.timeseries("HiCache: prefix-cache hit ratio by tier",
+                 "Prompt tokens served by each cache tier (device: the GPU's radix cache; host: "
+                 "loaded back from HiCache's host memory; storage: an L3 backend) over prompt "
+                 "tokens, 5 min, from the tokenizer's counters (recording rule). Without HiCache "
+                 "the device tier is the whole ratio; `cache_source` exists from 0.5.9, so on "
+                 "0.4.6.post5 and 0.5.5 one unlabelled line.",
+                 [(f"instance_model_source:sglang_cache_hit:ratio_rate5m{{{d.IM}}}",
+                   "{{instance}} {{cache_source}}")],
+                 d.RATIO, w=6, min_=0, max_=1, stack=True),
+    d.timeseries("HiCache: host pool occupancy",
+                 "Host-tier tokens in use over its capacity (recording rule). Full is a cache's "
+                 "normal state; it matters beside falling host hits or dropped tokens. SGLang "
+                 f"0.5.10+ with HiCache: {DEFAULT_RELEASES} `hicache_host_used_tokens` or "
+                 "`hicache_host_total_tokens`.",
+                 [(f"instance:sglang_hicache_host_used:ratio{{{d.INST}}}", "{{instance}}")],
+                 d.RATIO, w=6, min_=0, max_=1, no_value=NO_HICACHE),
+    d.timeseries("HiCache: evicted tokens dropped",
+                 "Share of the device cache's evicted tokens that no tier kept (evicted before "
+                 "their host copy was made, or refused by a full host pool), 5 min (recording "
+                 "rule); the dashed line is SGLangHiCacheDroppingTokens' threshold "
+                 "(features.hicache_drop_ratio). SGLang 0.5.18+ with HiCache: "
+                 f"{DEFAULT_RELEASES} `hicache_dropped_tokens_total`; 0.4.6.post5 and 0.5.5 have "
+                 "no `evicted_tokens_total` either.",
+                 [(f"instance:sglang_hicache_dropped:ratio_rate5m{{{d.INST}}}", "{{instance}}")],
+                 d.RATIO, w=6, min_=0, max_=1, no_value=NO_HICACHE,
+                 thresholds=d.steps("green", (d.FEATURES["hicache_drop_ratio"], "red"))),
+    d.timeseries("HiCache: host ↔ device traffic",
+                 "Bytes per second loaded back from host to device and backed up from device to "
+                 "host, every rank's shard (recording rules). SGLang 0.5.18+ with HiCache: "
+                 f"{DEFAULT_RELEASES} `load_back_bytes_total` or `hicache_backup_bytes_total`.",
+                 [(f"instance:sglang_hicache_load_back_bytes:rate5m{{{d.INST}}}",
+                   "{{instance}} load-back"),
+                  (f"instance:sglang_hicache_backup_bytes:rate5m{{{d.INST}}}",
+                   "{{instance}} backup")],
+                 d.BYTES_PER_S, w=6, min_=0, no_value=NO_HICACHE),
+]
+
 dashboard = d.dashboard(
     "SGLang / KV cache", "sglang-kv",
     "The KV pool (used, evictable, free), occupancy, retractions, per-request context and the "
@@ -136,5 +179,9 @@ dashboard = d.dashboard(
         ("Retractions", "Requests and tokens thrown out of the running batch.", retractions),
         ("Request context", "Context sizes of whole prompts (scheduler log).", context),
         ("Prefix cache", "Cached vs computed prompt tokens.", cache),
+        d.Feature("HiCache tiers (--enable-hierarchical-cache)",
+                  "The host-memory tier behind the device cache: hits per tier, the host "
+                  "pool, dropped tokens, traffic. Collapsed: a server without HiCache has none "
+                  "of these series.", hicache),
     ],
 )
