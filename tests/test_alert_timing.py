@@ -49,7 +49,7 @@ AFTER_CLEAR = 135  # seconds watched after the last clear: the resolve target an
 HOSTS = (("long-context-incident", 0), ("kv-exhaustion", 150), ("decode-contention", 150),
          ("scheduling-bottleneck", 150), ("crash-restart", 420), ("gpu-lost", 120),
          ("healthy", 60), ("idle-preallocated", 0), ("planned-restart", 300),
-         ("spec-decoding-collapse", 0))
+         ("spec-decoding-collapse", 0), ("hicache-host-drops", 0))
 # PD deployments (sglang-sim pd): one incident, and the healthy deployment for its whole run.
 # (pd-kv-transfer-bottleneck is not one: its "usual speed" is the median of the last hour, and a
 # run this short has too little healthy history before the link collapses.)

@@ -300,3 +300,17 @@ def test_the_cache_hit_ratio_from_counters_is_the_truth_and_the_gauge_is_not(det
             gauge_off.append(d.scenario)
     assert sum(detection.cache_errors(d)[0] for d in singles) >= 20
     assert {"long-context-incident", "healthy"} <= set(gauge_off), gauge_off
+
+
+@pytest.mark.slow
+def test_the_hit_ratio_of_each_hicache_tier_from_counters_is_the_truth(detections):
+    """With HiCache, the device and host tiers' ratios from the tokenizer's cached_tokens_total
+    {cache_source} within one point of the simulated requests' own split, in every window."""
+    tiered = [d for d in detections if d.tier_windows]
+    assert [d.scenario for d in tiered] == ["hicache-host-drops"]
+    for d in tiered:
+        errors = detection.tier_errors(d)
+        for tier, (_, _, error) in errors.items():
+            assert error is not None, (tier, d.tier_windows)
+            assert error <= detection.CACHE_RATIO_WITHIN, (tier, d.tier_windows)
+        assert errors["host"][1] > 0.2, "the host tier serves hits in the scenario"

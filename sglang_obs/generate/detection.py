@@ -70,6 +70,8 @@ CACHE_RATIO_WITHIN = 0.01  # |counters - truth|, as a ratio (one percentage poin
 CACHE_MIN_REQUESTS = 20  # a window with fewer finished requests has no meaningful ratio
 CACHE_COUNTERS = "instance_model:sglang_cache_hit:ratio_rate5m"
 CACHE_GAUGE = 'avg(avg_over_time(sglang:cache_hit_rate{job="sglang"}[5m]))'
+CACHE_TIER = "instance_model_source:sglang_cache_hit:ratio_rate5m"  # {cache_source=...}
+CACHE_TIERS = ("device", "host")  # HiCache's first two tiers (storage: an L3 backend)
 MAX_RUN = 12  # evaluations: runs are counted up to this length
 
 _SAMPLE = re.compile(r"\{([^}]*)\} ([-+0-9.eE]+|NaN)")
@@ -211,6 +213,9 @@ class Detection:
     # truth, ratio from counters, mean of the gauge, whether the counters were scraped
     # throughout it); None where the series had no value.
     cache_windows: list = field(default_factory=list)
+    # HiCache scenarios: per window, (end seconds, requests, {tier: (truth, counters)},
+    # counted throughout) for each of CACHE_TIERS.
+    tier_windows: list = field(default_factory=list)
 
     def latency(self, index: int) -> float | None:
         fired = self.per_window[index]
@@ -314,6 +319,10 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
     cache_ends = ([] if pd else
                   list(range(CACHE_WINDOW_SECONDS, end + 1, CACHE_WINDOW_SECONDS)))
     cache_exprs = [(e, at) for at in cache_ends for e in (CACHE_COUNTERS, CACHE_GAUGE)]
+    tiered = any(len(f) > 3 and f[3] for f in rendered.finished)
+    tier_exprs = [(f'{CACHE_TIER}{{cache_source="{tier}"}}', at)
+                  for at in (cache_ends if tiered else []) for tier in CACHE_TIERS]
+    cache_exprs += tier_exprs
     exprs = ([(fired_expr, end), (state_expr, end)] + windows + run_exprs + ttft_exprs
              + cache_exprs)
     output = promtool_eval.evaluate(series, [(e, min(at, end)) for e, at in exprs], step,
@@ -344,13 +353,25 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
         d.ttft_unexplained_minute_max, d.ttft_unexplained_run = values[:2]
         d.ttft_unexplained_windows = values[2:]
     for at in cache_ends:
-        inside = [(n, c) for t, n, c in rendered.finished if at - CACHE_WINDOW_SECONDS < t <= at]
+        inside = [(n, c) for t, n, c, *_ in rendered.finished
+                  if at - CACHE_WINDOW_SECONDS < t <= at]
         prompt = sum(n for n, _ in inside)
         counters, gauge = (next((v for _, v in got(e, at)), None)
                            for e in (CACHE_COUNTERS, CACHE_GAUGE))
         d.cache_windows.append((at, len(inside), sum(c for _, c in inside) / prompt
                                 if prompt else None, counters, gauge,
                                 _counted_throughout(rendered, at - CACHE_WINDOW_SECONDS, at)))
+        if tiered:
+            rows = [(n, c - h, h) for t, n, c, h in rendered.finished
+                    if at - CACHE_WINDOW_SECONDS < t <= at]
+            prompt = sum(n for n, _, _ in rows)
+            tiers = {}
+            for i, tier in enumerate(CACHE_TIERS):
+                truth_share = sum(r[i + 1] for r in rows) / prompt if prompt else None
+                expr = f'{CACHE_TIER}{{cache_source="{tier}"}}'
+                tiers[tier] = (truth_share, next((v for _, v in got(expr, at)), None))
+            d.tier_windows.append((at, len(rows), tiers,
+                                   _counted_throughout(rendered, at - CACHE_WINDOW_SECONDS, at)))
     for i, state in enumerate(guarded):
         longest = 0
         for n in range(1, MAX_RUN + 1):
@@ -516,6 +537,40 @@ def _cache_table(results: list[Detection]) -> list[str]:
     return lines
 
 
+def tier_errors(d: Detection) -> dict[str, tuple[float | None, float | None, float | None]]:
+    """Per tier: (truth's lowest, truth's highest, worst |counters - truth|) over the windows
+    cache_errors compares."""
+    rows = [w for w in d.tier_windows if w[1] >= CACHE_MIN_REQUESTS and w[3]]
+    out = {}
+    for tier in CACHE_TIERS:
+        pairs = [w[2][tier] for w in rows if w[2][tier][0] is not None]
+        truths = [t for t, _ in pairs]
+        errors = [abs(c - t) for t, c in pairs if c is not None]
+        out[tier] = (min(truths, default=None), max(truths, default=None),
+                     max(errors, default=None) if len(errors) == len(pairs) else None)
+    return out
+
+
+def _tier_section(results: list[Detection]) -> list[str]:
+    tiered = [d for d in results if d.tier_windows]
+    if not tiered:
+        return []
+    lines = [
+        "With HiCache the hits come from two tiers: the device's radix cache and the host",
+        "memory behind it. The tokenizer splits `cached_tokens_total` by `cache_source`, and",
+        f"`{CACHE_TIER}` divides each tier's rate by the prompt tokens'. Over the same",
+        "windows, each tier against the simulated requests' own split (the gauge has no",
+        "tiers: one number for both):",
+        "",
+        "| scenario | tier | truth, lowest–highest window | worst error, counters |",
+        "|---|---|---|---|"]
+    for d in tiered:
+        for tier, (low, high, error) in tier_errors(d).items():
+            span = "—" if low is None else f"{low:.1%}–{high:.1%}"
+            lines.append(f"| `{d.scenario}` | {tier} | {span} | {_points(error)} |")
+    return [*lines, ""]
+
+
 def _e2e_table(e2e: dict) -> list[str]:
     lines = [
         "| scenario | fault (onset–clear, s) | expected | notifications (firing) | resolved "
@@ -623,6 +678,7 @@ def markdown(results: list[Detection], s: Settings, e2e: dict | None = None) -> 
         "",
         *_cache_table(results),
         "",
+        *_tier_section(results),
         "## Measured end to end",
         "",
     ]
