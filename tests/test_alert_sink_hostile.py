@@ -305,16 +305,20 @@ def test_held_connections_past_the_limit_make_room_for_a_legitimate_post(sink):
     """Issue 28: with 400 connections held the sink reset Alertmanager's POSTs (a newcomer past
     the limit was closed). Now the oldest connection still sending its request goes instead."""
     raise_fd_limit(bounds.MAX_PER_CLIENT + 300)
+
+    def closed_to_make_room():
+        with urllib.request.urlopen(sink.url + "/", timeout=5) as resp:
+            return json.load(resp)["connections_closed_to_make_room"]
+    before = closed_to_make_room()  # the sink is the module's: other tests' count too
     idle = [socket.create_connection(("127.0.0.1", sink.port), timeout=5)
             for _ in range(bounds.MAX_PER_CLIENT + 100)]
     try:
         code = exchange(sink.port, post("/pager", payload([{"labels": {"alertname": "Held"}}])))
         assert code == 200
-
-        def closed_to_make_room():
-            with urllib.request.urlopen(sink.url + "/", timeout=5) as resp:
-                return json.load(resp)["connections_closed_to_make_room"]
-        assert wait_for(lambda: closed_to_make_room() >= 100, 90), closed_to_make_room()
+        # Past the limit the sink closed held connections, not the newcomers. Not necessarily
+        # 100 of them: the first held ones reach their 2 s deadline while the rest are still
+        # being accepted on a slow machine (88 closed to make room, the rest timed out, in CI).
+        assert wait_for(lambda: closed_to_make_room() > before, 90), closed_to_make_room()
         assert_alive_and_quick(sink)
         time.sleep(SINK_TIMEOUT + bounds.LINGER + 0.5)  # the idle ones reach their deadline
         assert_alive_and_quick(sink)
