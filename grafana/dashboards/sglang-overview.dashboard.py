@@ -221,6 +221,33 @@ alerts = [
                  "through the data source."),
 ]
 
+# Speculative decoding (--speculative-algorithm): its series exist only on such servers, and
+# the row stays collapsed (dashlib.Feature).
+NO_SPEC = "No speculative decoding here: the server runs without --speculative-algorithm"
+speculative = [
+    d.timeseries("Speculative decoding: tokens per verify step",
+                 "Generated tokens over spec_verify_calls_total, 5 min and 1 min (recording "
+                 "rules): 1 means every draft is rejected; the dashed line is "
+                 "SGLangSpeculativeDecodingCollapsed's threshold "
+                 "(features.spec_collapse_accept_length). SGLang 0.5.13+ with "
+                 "--speculative-algorithm: a default-flags server of 0.4.6.post5, 0.5.5, 0.5.12 "
+                 "or 0.5.23 has no `spec_verify_calls_total`.",
+                 [(f"instance_model:sglang_spec_accept_length:ratio_rate{w}{{{d.IM}}}",
+                   f"{{{{instance}}}} {w}") for w in ("5m", "1m")],
+                 "none", w=12, min_=0, no_value=NO_SPEC,
+                 thresholds=d.steps("red", (d.FEATURES["spec_collapse_accept_length"],
+                                            "green"))),
+    d.timeseries("Speculative decoding: share of the most a step can yield",
+                 "Tokens per verify step over the active --speculative-num-steps + 1 (recording "
+                 "rule): 1 when every draft is accepted. SGLang 0.5.13+ with "
+                 "--speculative-algorithm: a default-flags server of 0.4.6.post5, 0.5.5, 0.5.12 "
+                 "or 0.5.23 has no `spec_verify_calls_total`, and 0.4.6.post5, 0.5.5 and 0.5.12 "
+                 "no `spec_num_steps`.",
+                 [(f"instance_model:sglang_spec_accept_length_per_step:ratio{{{d.IM}}}",
+                   "{{instance}}")],
+                 d.RATIO, w=12, min_=0, max_=1, no_value=NO_SPEC),
+]
+
 dashboard = d.dashboard(
     "SGLang — Is it slow, and why?", "sglang-overview",
     "Is SGLang slow, and why: the state per server, where requests wait, SLO, latency, the "
@@ -240,6 +267,10 @@ dashboard = d.dashboard(
          "capacity), pending prefill tokens with GPU busy (backlog), GPU memory vs busy "
          "(preallocation).", pressure),
         ("Throughput and cache", "Tokens and requests per second, prefix cache.", throughput),
+        d.Feature("Speculative decoding (--speculative-algorithm)",
+                  "Tokens per verify step from counters, and against the most a step can "
+                  "yield. Collapsed: a server without speculation has none of these series.",
+                  speculative),
         ("Alerts", "What Prometheus is alerting on now.", alerts),
     ],
 )
