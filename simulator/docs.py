@@ -39,6 +39,10 @@ PARAMETERS = {
     "hicache_ratio": "HiCache host pool over the device pool, in tokens",
     "hicache_write_policy": "`write_through` (copies queued as the cache takes tokens in) or "
                             "`write_back` (copied at eviction)",
+    "enable_lora": "LoRA: a request's adapter must fit the running batch's adapters "
+                   "(its series appear only with it)",
+    "max_loras_per_batch": "LoRA: distinct adapters the running batch may hold; a request "
+                           "whose adapter does not fit waits, and the queue behind it",
     "enable_mixed_chunk": "as given on the command line; the effective value is reported",
     "num_continuous_decode_steps": "decode steps per decode round",
     "decode_log_interval": "decode iterations between stats reports and Decode batch lines",

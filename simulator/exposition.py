@@ -298,10 +298,26 @@ class SimCollector:
                 yield stage
 
     def _radix_cache_families(self, server: Server):
-        """The radix cache's collector (one per scheduler rank) and HiCache's host pool."""
+        """The radix cache's collector (one per scheduler rank), HiCache's host pool and
+        the LoRA pool gauges."""
         p, cfg = self.profile, server.cfg
         hicache = cfg.enable_hierarchical_cache
         reporting = [(s, self._rank_labels(server, s.dp_rank, 0)) for s in server.schedulers]
+        if cfg.enable_lora and p.at_least("0.5.7"):
+            # Set at prefill and decode reports (metrics_reporter.py _update_lora_metrics).
+            for name, help_, value in (
+                ("lora_pool_slots_used", "Number of LoRA adapters in the running batch.",
+                 lambda s: s.reported.lora_slots_used),
+                ("lora_pool_slots_total", "Number of LoRA adapter slots (max_loras_per_batch).",
+                 lambda s: s.cfg.max_loras_per_batch),
+                ("lora_pool_utilization", "LoRA adapter slots in use over the total.",
+                 lambda s: s.reported.lora_slots_used / s.cfg.max_loras_per_batch)):
+                family = GaugeMetricFamily(P + name, help_, labels=list(reporting[0][1]))
+                for sched, lab in reporting:
+                    if sched.has_reported:
+                        family.add_metric(list(lab.values()), float(value(sched)))
+                if family.samples:
+                    yield family
         if hicache and p.at_least("0.5.10"):
             for name, help_, value in (
                 ("hicache_host_used_tokens",

@@ -61,6 +61,10 @@ class ServerConfig:
     enable_hierarchical_cache: bool = False
     hicache_ratio: float = 2.0
     hicache_write_policy: str = "write_through"
+    # LoRA (--enable-lora, --max-loras-per-batch): a request names its adapter, and the
+    # running batch holds at most this many distinct adapters.
+    enable_lora: bool = False
+    max_loras_per_batch: int = 8
     enable_mixed_chunk: bool = False
     num_continuous_decode_steps: int = 1
     decode_log_interval: int = 40
@@ -116,6 +120,7 @@ class Request:
     accept_length: float | None = None
     # The reusable prefix tokens its prefix is drawn from (None: any cached prefix will do).
     working_set: float | None = None
+    lora_id: int | None = None  # its LoRA adapter (None: the base model)
     # progress
     cached_len: int = 0  # prefix hit, fixed when first scheduled
     host_cached_len: int = 0  # the part of it loaded back from HiCache's host tier
@@ -279,6 +284,7 @@ class Reported:
     retracted_since_last: int = 0
     decode_sum_seq_lens: int = 0
     host_used_tokens: float = 0.0  # HiCache host pool
+    lora_slots_used: int = 0  # distinct LoRA adapters in the running batch
 
 
 class Scheduler:
@@ -412,6 +418,11 @@ class Scheduler:
             return max(self.waiting, key=lambda r: r.input_len * r.cached_fraction)
         return self.waiting[0]
 
+    def adapters(self) -> set[int]:
+        """The LoRA adapters of the running batch (and the chunked request)."""
+        held = self.running + ([self.chunked] if self.chunked else [])
+        return {r.lora_id for r in held if r.lora_id is not None}
+
     @staticmethod
     def _lookup(prefix: int, working_set: float | None, device: float,
                 host: float) -> tuple[int, int]:
@@ -447,6 +458,7 @@ class Scheduler:
         chunk_rest = self.chunked.prompt_len - self.chunked.prefilled if self.chunked else 0
         room = self.free_tokens - reserved - chunk_rest
         admitted = len(self.running) + (1 if self.chunked else 0)
+        adapters = self.adapters() if cfg.enable_lora else set()
         cache_left = self.evictable  # prefixes found in the radix cache are reused from it
         host_left = self.host.only if self.host is not None else 0.0  # then in the host tier
         while self.waiting and admitted < cfg.max_running_requests and chunk_budget > 0:
@@ -461,6 +473,10 @@ class Scheduler:
                 parts.append((req, 0, 0, 0))
                 admitted += 1
                 continue
+            if req.lora_id is not None and req.lora_id not in adapters:
+                if len(adapters) >= cfg.max_loras_per_batch:
+                    break  # as SGLang: the batch is full for its adapter, and the queue waits
+                adapters.add(req.lora_id)
             host_hit = 0
             if req.scheduled_at is not None:
                 cached = req.cached_len
@@ -669,6 +685,8 @@ class Scheduler:
         if self.host is not None:
             self.host.release(r.used_tokens + self.evictable)
             r.host_used_tokens = self.host.used
+        if self.cfg.enable_lora and not idle:  # the idle report leaves the LoRA gauges
+            r.lora_slots_used = len(self.adapters())
         if not self.cfg.speculative_algorithm:
             r.spec_accept_length = 0.0
         elif self.verifies_since_report:  # accepted tokens per verify over the interval

@@ -21,6 +21,8 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
       # ramp: a growing working set); a prefix is then on the device with the chance that the
       # radix cache holds it, else in HiCache's host tier with the chance that tier holds it
       - {at: 1000, rate: 0.5, working_set_tokens: {ramp: [100000, 600000]}}
+      # with server.enable_lora: each request names one of this many adapters, at random
+      - {at: 1200, rate: 0.5, lora_adapters: 24}
     faults:
       - {at: 900, kind: crash, downtime: 40}
       - {at: 1200, kind: gpu_slowdown, factor: 0.5, duration: 300}
@@ -49,7 +51,8 @@ SCENARIO_DIR = Path(__file__).parent / "scenarios"
 # The server states of the classification, and gpu_lost: a host fault that takes the server with
 # it (its alert is GPULost, not the server's state).
 CLASSES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",
-           "kv_capacity", "scheduling_bottleneck", "gpu_lost", "spec_collapsed", "hicache_dropping")
+           "kv_capacity", "scheduling_bottleneck", "gpu_lost", "spec_collapsed",
+           "hicache_dropping")
 FAULT_KINDS = ("crash", "gpu_slowdown", "xid", "gpu_lost")
 
 
@@ -256,4 +259,6 @@ def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[flo
             out[-1][1]["accept_length"] = max(_draw(p["spec_accept_length"], rng, progress), 1.0)
         if "working_set_tokens" in p:  # not drawn: other scenarios keep their draws
             out[-1][1]["working_set"] = _draw(p["working_set_tokens"], rng, progress)
+        if "lora_adapters" in p:  # drawn only where given
+            out[-1][1]["lora_id"] = rng.randrange(int(p["lora_adapters"]))
     return out

@@ -141,3 +141,55 @@ def test_bad_scenarios_are_refused_with_the_field_named(tmp_path):
         with pytest.raises(scenarios.ScenarioError, match=message.replace("(", r"\(")
                            .replace(")", r"\)")):
             scenarios.load(str(path))
+
+
+def _lora_scenario(adapters: int) -> scenarios.Scenario:
+    return scenarios.from_dict({
+        "name": "lora", "description": "LoRA admission", "duration": 600, "seed": 31,
+        "release": "0.5.23",
+        "server": {"tp_size": 2, "max_total_num_tokens": 400_000, "max_running_requests": 128,
+                   "enable_lora": True, "max_loras_per_batch": 4},
+        "load": [{"at": 0, "duration": 600, "rate": 0.7, "input_tokens": {"uniform": [800, 2400]},
+                  "output_tokens": {"normal": [300, 100]}, "lora_adapters": adapters}]})
+
+
+def test_lora_adapters_past_the_batch_slots_make_the_queue_wait():
+    """SGLang stops admitting at the first waiting request whose adapter the running batch
+    cannot take (more than --max-loras-per-batch distinct adapters): the queue grows while the
+    batch has room. With as many adapters as slots, nothing waits for one."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sglang_obs.simulator.exposition import SimCollector
+
+    queues, peaks = {}, {}
+    for adapters in (4, 6):
+        sim = Simulation(_lora_scenario(adapters))
+        waiting, used = [], []
+        for _ in walk(sim, 600, step=5.0):
+            s = sim.server.schedulers[0]
+            waiting.append(len(s.waiting))
+            used.append(len(s.adapters()))
+            assert len(s.adapters()) <= 4
+            assert len(s.running) < 128
+        queues[adapters], peaks[adapters] = max(waiting), max(used)
+        registry = CollectorRegistry()
+        registry.register(SimCollector(lambda sim=sim: sim.server, sim.profile))
+        text = generate_latest(registry).decode()
+        [total] = [line for line in text.splitlines()
+                   if line.startswith("sglang:lora_pool_slots_total{")]
+        assert total.endswith(" 4.0")
+        assert "sglang:lora_pool_utilization{" in text
+    assert queues[4] <= 2 < 10 <= queues[6], queues
+    assert peaks == {4: 4, 6: 4}
+
+
+def test_lora_series_exist_only_with_lora_enabled():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sglang_obs.simulator.exposition import SimCollector
+
+    sim = Simulation(scenarios.load("healthy"))
+    sim.advance(120)
+    registry = CollectorRegistry()
+    registry.register(SimCollector(lambda: sim.server, sim.profile))
+    assert "lora_pool" not in generate_latest(registry).decode()
