@@ -303,34 +303,30 @@ class SimCollector:
         p, cfg = self.profile, server.cfg
         hicache = cfg.enable_hierarchical_cache
         reporting = [(s, self._rank_labels(server, s.dp_rank, 0)) for s in server.schedulers]
+        gauges = []
         if cfg.enable_lora and p.at_least("0.5.7"):
             # Set at prefill and decode reports (metrics_reporter.py _update_lora_metrics).
-            for name, help_, value in (
+            gauges += [
                 ("lora_pool_slots_used", "Number of LoRA adapters in the running batch.",
                  lambda s: s.reported.lora_slots_used),
                 ("lora_pool_slots_total", "Number of LoRA adapter slots (max_loras_per_batch).",
                  lambda s: s.cfg.max_loras_per_batch),
                 ("lora_pool_utilization", "LoRA adapter slots in use over the total.",
-                 lambda s: s.reported.lora_slots_used / s.cfg.max_loras_per_batch)):
-                family = GaugeMetricFamily(P + name, help_, labels=list(reporting[0][1]))
-                for sched, lab in reporting:
-                    if sched.has_reported:
-                        family.add_metric(list(lab.values()), float(value(sched)))
-                if family.samples:
-                    yield family
+                 lambda s: s.reported.lora_slots_used / s.cfg.max_loras_per_batch)]
         if hicache and p.at_least("0.5.10"):
-            for name, help_, value in (
+            gauges += [
                 ("hicache_host_used_tokens",
                  "Number of tokens currently used in the host KV cache.",
                  lambda s: s.reported.host_used_tokens),
                 ("hicache_host_total_tokens", "Total capacity of the host KV cache in tokens.",
-                 lambda s: s.host.total)):
-                family = GaugeMetricFamily(P + name, help_, labels=list(reporting[0][1]))
-                for sched, lab in reporting:
-                    if sched.has_reported:
-                        family.add_metric(list(lab.values()), float(value(sched)))
-                if family.samples:
-                    yield family
+                 lambda s: s.host.total)]
+        for name, help_, value in gauges:  # lazy, like the other scheduler gauges
+            family = GaugeMetricFamily(P + name, help_, labels=list(reporting[0][1]))
+            for sched, lab in reporting:
+                if sched.has_reported:
+                    family.add_metric(list(lab.values()), float(value(sched)))
+            if family.samples:
+                yield family
         if not p.at_least("0.5.6"):
             return
         # Labels: the cache class and the rank (0.5.21+); before, the class only, so the

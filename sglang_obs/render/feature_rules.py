@@ -91,8 +91,7 @@ max by (cluster, host, instance) (
     ]
 
 
-SPEC_WINDOW_SECONDS = 60  # SPEC_ACCEPT_1M's rate window
-HICACHE_WINDOW_SECONDS = 60  # HICACHE_DROPPED_1M's
+RATIO_WINDOW_SECONDS = 60  # the rate window of the alerts' ratios (SPEC_ACCEPT_1M, ...)
 
 
 def _minus(duration: str, seconds: int) -> str:
@@ -106,52 +105,55 @@ def alerts(t: dict) -> list[dict]:
     return [_spec_alert(t["features"]), _hicache_alert(t["features"])]
 
 
+def _sustained(cls: str, ratio: str, side: str, threshold: float, held: str, floor: str,
+               what: str, **annotations) -> dict:
+    """A warning on a 1-minute `ratio` on one `side` of `threshold` for `held`, where `floor`
+    (a PromQL condition) says there is enough traffic to measure. "For 10 minutes": each
+    evaluation's ratio covers the minute before it, so the for: is the rest, and the ratio has
+    been past the threshold over the whole `held` when it fires. `what` opens fires_when."""
+    op = {"above": ">", "below": "<"}[side]
+    rest = _minus(held, RATIO_WINDOW_SECONDS)
+    return dict(
+        name=ALERTS[cls], expr=f"\n{ratio} {op} {threshold}\nand {floor}", severity="warning",
+        for_=rest, fires_when=f"{what} has stayed {side} {threshold} for {held}: the ratio over "
+                              f"the last minute (`{ratio}`) {side} {threshold} at every "
+                              f"evaluation for {rest}, {annotations.pop('while_')}",
+        **annotations)
+
+
 def _hicache_alert(f: dict) -> dict:
     high, held, floor = f["hicache_drop_ratio"], f["hicache_drop_for"], f["hicache_min_evicted_tps"]
-    return dict(
-        name=ALERTS["hicache_dropping"],
-        expr=f"""
-{HICACHE_DROPPED_1M} > {high}
-and on (cluster, instance) {HICACHE_EVICTED_1M} > {floor}""",
+    return _sustained(
+        "hicache_dropping", HICACHE_DROPPED_1M, "above", high, held,
+        f"on (cluster, instance) {HICACHE_EVICTED_1M} > {floor}",
+        "the share of evicted device tokens that HiCache dropped (`hicache_dropped_tokens_total` "
+        "over `evicted_tokens_total`, SGLang 0.5.18+)",
+        while_=f"while the device evicts > {floor} tokens/s (summed over the rank series)",
         comment="Prefixes the cache should have kept are computed again: the host copies "
                 "fall behind what the device evicts.",
-        severity="warning", for_=_minus(held, HICACHE_WINDOW_SECONDS),
         summary="SGLang HiCache is dropping evicted KV tokens.",
         description="{{ $labels.instance }}: {{ $value | humanizePercentage }} of the tokens "
                     "the device cache evicts have no host copy and are lost to every tier "
                     f"(over {high:.0%} for {duration_words(held)}): host hits fall and the "
                     "prefill computes them again.",
-        fires_when=f"the share of evicted device tokens that HiCache dropped "
-                   f"(`hicache_dropped_tokens_total` over `evicted_tokens_total`, SGLang "
-                   f"0.5.18+) has stayed above {high} for {held}: the ratio over the last "
-                   f"minute (`{HICACHE_DROPPED_1M}`) above {high} at every evaluation for "
-                   f"{_minus(held, HICACHE_WINDOW_SECONDS)}, while the device evicts > {floor} "
-                   "tokens/s (summed over the rank series)",
         dashboard="sglang-kv")
 
 
 def _spec_alert(f: dict) -> dict:
     floor, low = f["spec_min_verify_rps"], f["spec_collapse_accept_length"]
     held = f["spec_collapse_for"]
-    return dict(
-        name=ALERTS["spec_collapsed"],
-        expr=f"""
-{SPEC_ACCEPT_1M} < {low}
-and on (cluster, instance, model_name) {SPEC_VERIFY_RATE} > {floor}""",
+    return _sustained(
+        "spec_collapsed", SPEC_ACCEPT_1M, "below", low, held,
+        f"on (cluster, instance, model_name) {SPEC_VERIFY_RATE} > {floor}",
+        "the acceptance length (tokens per verify step: generated tokens over "
+        "`spec_verify_calls_total`, SGLang 0.5.13+)",
+        while_=f"while the server verifies > {floor} steps/s over 5 minutes",
         comment="Speculation that no longer pays: each step still runs the draft model and "
                 "the wider verify.",
-        # "Collapsed for 10 minutes": each evaluation's ratio covers the minute before it, so
-        # the for: is the rest: the ratio has been low over the whole 10 minutes when it fires.
-        severity="warning", for_=_minus(held, SPEC_WINDOW_SECONDS),
         summary="SGLang speculative decoding has collapsed.",
         description="{{ $labels.instance }} ({{ $labels.model_name }}): "
                     "{{ $value | printf \"%.2f\" }} tokens per verify step, under "
                     f"{low} for {duration_words(held)}: the draft "
                     "model's guesses are rejected, and each decode step pays for drafting and "
                     "verifying them.",
-        fires_when=f"tokens per verify step (generated tokens over `spec_verify_calls_total`, "
-                   f"SGLang 0.5.13+) have stayed below {low} for {held}: the ratio over the "
-                   f"last minute (`{SPEC_ACCEPT_1M}`) below {low} at every evaluation for "
-                   f"{_minus(held, SPEC_WINDOW_SECONDS)}, while the server verifies > {floor} "
-                   "steps/s over 5 minutes",
         dashboard="sglang-overview")
