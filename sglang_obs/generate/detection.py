@@ -319,7 +319,7 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
     cache_ends = ([] if pd else
                   list(range(CACHE_WINDOW_SECONDS, end + 1, CACHE_WINDOW_SECONDS)))
     cache_exprs = [(e, at) for at in cache_ends for e in (CACHE_COUNTERS, CACHE_GAUGE)]
-    tiered = any(len(f) > 3 and f[3] for f in rendered.finished)
+    tiered = any(host for *_, host in rendered.finished)  # a request loaded from the host tier
     tier_exprs = [(f'{CACHE_TIER}{{cache_source="{tier}"}}', at)
                   for at in (cache_ends if tiered else []) for tier in CACHE_TIERS]
     cache_exprs += tier_exprs
@@ -353,25 +353,23 @@ def evaluate(rendered: Rendered, truth: list[scenarios.Truth], workdir: Path, s:
         d.ttft_unexplained_minute_max, d.ttft_unexplained_run = values[:2]
         d.ttft_unexplained_windows = values[2:]
     for at in cache_ends:
-        inside = [(n, c) for t, n, c, *_ in rendered.finished
-                  if at - CACHE_WINDOW_SECONDS < t <= at]
-        prompt = sum(n for n, _ in inside)
+        rows = [(n, c, h) for t, n, c, h in rendered.finished
+                if at - CACHE_WINDOW_SECONDS < t <= at]
+        prompt = sum(n for n, _, _ in rows)
+        whole = _counted_throughout(rendered, at - CACHE_WINDOW_SECONDS, at)
         counters, gauge = (next((v for _, v in got(e, at)), None)
                            for e in (CACHE_COUNTERS, CACHE_GAUGE))
-        d.cache_windows.append((at, len(inside), sum(c for _, c in inside) / prompt
-                                if prompt else None, counters, gauge,
-                                _counted_throughout(rendered, at - CACHE_WINDOW_SECONDS, at)))
+        d.cache_windows.append((at, len(rows), sum(c for _, c, _ in rows) / prompt
+                                if prompt else None, counters, gauge, whole))
         if tiered:
-            rows = [(n, c - h, h) for t, n, c, h in rendered.finished
-                    if at - CACHE_WINDOW_SECONDS < t <= at]
-            prompt = sum(n for n, _, _ in rows)
+            # Per request: its device hits and its host hits, CACHE_TIERS' order.
+            split = [(c - h, h) for _, c, h in rows]
             tiers = {}
             for i, tier in enumerate(CACHE_TIERS):
-                truth_share = sum(r[i + 1] for r in rows) / prompt if prompt else None
+                truth_share = sum(r[i] for r in split) / prompt if prompt else None
                 expr = f'{CACHE_TIER}{{cache_source="{tier}"}}'
                 tiers[tier] = (truth_share, next((v for _, v in got(expr, at)), None))
-            d.tier_windows.append((at, len(rows), tiers,
-                                   _counted_throughout(rendered, at - CACHE_WINDOW_SECONDS, at)))
+            d.tier_windows.append((at, len(rows), tiers, whole))
     for i, state in enumerate(guarded):
         longest = 0
         for n in range(1, MAX_RUN + 1):
