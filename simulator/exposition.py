@@ -58,7 +58,7 @@ GAUGES = (
     GaugeSpec("num_queue_reqs", "The number of requests in the waiting queue.", "0.3.6",
               _r("queue")),
     GaugeSpec("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.",
-              "0.4.6.post5", ZERO),
+              "0.4.6.post5", _r("grammar_queue")),
     GaugeSpec("num_running_reqs_offline_batch", "Running low-priority offline requests.",
               "0.5.2", ZERO, until="0.5.12"),
     GaugeSpec("cache_hit_rate", "The prefix cache hit rate.", "0.3.6", _r("cache_hit_rate")),
@@ -421,6 +421,12 @@ class SimCollector:
                                          labels=base_names)
             verify.add_metric(base_values, tk.spec_verify_calls)
             yield verify
+        if tk.so_requests:  # from the first finished request with a grammar
+            so = CounterMetricFamily(P + "num_so_requests",
+                                     "Number of structured output requests processed.",
+                                     labels=base_names)
+            so.add_metric(base_values, tk.so_requests)
+            yield so
         if p.at_least("0.4.7"):
             aborted = CounterMetricFamily(P + "num_aborted_requests", "Aborted requests.",
                                           labels=base_names)

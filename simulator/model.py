@@ -23,6 +23,7 @@ from sglang_obs.simulator.events import (
     Retraction,
     StartupCapacity,
 )
+from sglang_obs.simulator.grammar import GrammarQueue
 from sglang_obs.simulator.hicache import HostTier
 
 IDLE_REFRESH_SECONDS = 30.0
@@ -65,6 +66,9 @@ class ServerConfig:
     # running batch holds at most this many distinct adapters.
     enable_lora: bool = False
     max_loras_per_batch: int = 8
+    # Structured output (simulator/grammar.py): --grammar-backend, and SGLANG_GRAMMAR_TIMEOUT.
+    grammar_backend: str = "xgrammar"
+    grammar_timeout_s: float = 300.0
     enable_mixed_chunk: bool = False
     num_continuous_decode_steps: int = 1
     decode_log_interval: int = 40
@@ -104,6 +108,9 @@ class PerfModel:
     # prefill), and the device-to-host copy engine's throughput for backups.
     hicache_load_s_per_token: float = 1.5e-6
     hicache_backup_tokens_per_s: float = 200_000.0
+    # Structured output: the grammar backend's compilation threads (a default Python thread
+    # pool: min(32, CPUs + 4)); each request's compile time is drawn by the scenario.
+    grammar_compile_workers: int = 8
 
 
 @dataclass
@@ -121,6 +128,10 @@ class Request:
     # The reusable prefix tokens its prefix is drawn from (None: any cached prefix will do).
     working_set: float | None = None
     lora_id: int | None = None  # its LoRA adapter (None: the base model)
+    # Structured output: its grammar's cache key (None: no json_schema/regex/ebnf) and what
+    # compiling it takes on a cache miss.
+    grammar_key: object = None
+    grammar_compile_s: float = 0.0
     # progress
     cached_len: int = 0  # prefix hit, fixed when first scheduled
     host_cached_len: int = 0  # the part of it loaded back from HiCache's host tier
@@ -230,6 +241,7 @@ class TokenizerStats:
     cached_tokens: float = 0.0
     cached_host_tokens: float = 0.0  # of which loaded back from HiCache's host tier
     aborted: float = 0.0
+    so_requests: float = 0.0  # finished requests with a grammar (num_so_requests_total)
     spec_verify_calls: float = 0.0  # lazy family: from the first request with a verify
     cfg: ServerConfig | None = None
     histograms: dict[tuple[str, bool], Histogram] = field(default_factory=dict)
@@ -256,6 +268,8 @@ class TokenizerStats:
         self.requests[s] = self.requests.get(s, 0) + 1
         self.cached_tokens += req.cached_len
         self.cached_host_tokens += req.host_cached_len
+        if req.grammar_key is not None:
+            self.so_requests += 1
         if self.cfg is not None:
             self.spec_verify_calls += verify_count(req, self.cfg)
         self.histogram("e2e", s).observe(now - req.start)
@@ -285,6 +299,7 @@ class Reported:
     decode_sum_seq_lens: int = 0
     host_used_tokens: float = 0.0  # HiCache host pool
     lora_slots_used: int = 0  # distinct LoRA adapters in the running batch
+    grammar_queue: int = 0  # requests waiting for their grammar to compile
 
 
 class Scheduler:
@@ -314,6 +329,8 @@ class Scheduler:
         # KV held outside the batch (simulator/pd.py): a prefill server's prompts being sent, a
         # decode server's preallocations. 0 on a unified server.
         self.held_tokens = 0
+        self.grammar = GrammarQueue(workers=perf.grammar_compile_workers,
+                                    timeout_s=cfg.grammar_timeout_s)
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.reported = Reported()
         self.has_reported = False  # scheduler gauges are lazy: absent before the first report
@@ -385,7 +402,25 @@ class Scheduler:
     def add(self, req: Request) -> None:
         # Scheduler intake (receive to waiting queue): a constant, not modelled further.
         self.per_stage["request_process"].observe(REQUEST_PROCESS_SECONDS)
+        if req.grammar_key is not None:
+            outcome = self.grammar.submit(req, req.grammar_key, req.grammar_compile_s, self.now)
+            if outcome == "invalid":
+                self.tokenizer.aborted += 1  # a cached failure: aborted at once
+                return
+            if outcome == "queued":
+                return  # joins the waiting queue when its grammar is ready (_grammar_ready)
         self.waiting.append(req)
+
+    def _grammar_ready(self) -> None:
+        """Move the requests whose grammar is ready to the waiting queue, in order; their queue
+        time starts there, while TTFT counts from receipt."""
+        ready, timed_out = self.grammar.poll(self.now)
+        for req in ready:
+            if req.received is None:
+                req.received = req.arrival
+            req.arrival = self.now
+            self.waiting.append(req)
+        self.tokenizer.aborted += len(timed_out)
 
     def busy(self) -> bool:
         return bool(self.waiting or self.chunked or self.running)
@@ -394,6 +429,8 @@ class Scheduler:
         """Run one scheduler iteration, or idle until `until` when there is nothing to do."""
         if self.now - self.last_report_at >= IDLE_REFRESH_SECONDS and not self.running:
             self._report(idle=True)
+        if self.grammar.queue:
+            self._grammar_ready()
         starving = (self.running and self.prefills_in_a_row >=
                     self.perf.prefill_batches_before_decode)
         batch = None if starving else self._form_prefill_batch()
@@ -407,6 +444,9 @@ class Scheduler:
                     self._run_decode()
         else:
             idle_until = min(until, self.last_report_at + IDLE_REFRESH_SECONDS)
+            wake = self.grammar.next_event()  # a grammar becomes ready (or times out)
+            if wake is not None:
+                idle_until = min(idle_until, wake)
             idle_until = max(idle_until, self.now)
             self.counters["idle_seconds"] += idle_until - self.now
             if self.host is not None:
@@ -676,6 +716,7 @@ class Scheduler:
         r = self.reported
         r.running = len(self.running)
         r.queue = len(self.waiting)
+        r.grammar_queue = len(self.grammar)
         r.used_tokens = self.used_tokens
         r.evictable_tokens = self.evictable
         r.token_usage = round(self.used_tokens / self.cfg.max_total_num_tokens, 2)

@@ -23,6 +23,10 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
       - {at: 1000, rate: 0.5, working_set_tokens: {ramp: [100000, 600000]}}
       # with server.enable_lora: each request names one of this many adapters, at random
       - {at: 1200, rate: 0.5, lora_adapters: 24}
+      # structured output: this share of the requests carry a grammar, one of this many
+      # schemas (without grammar_schemas every schema is new), compiled on a cache miss
+      - {at: 1300, rate: 0.5, structured_output: 0.6, grammar_schemas: 40,
+         grammar_compile_seconds: {uniform: [0.5, 2.0]}}
     faults:
       - {at: 900, kind: crash, downtime: 40}
       - {at: 1200, kind: gpu_slowdown, factor: 0.5, duration: 300}
@@ -52,7 +56,7 @@ SCENARIO_DIR = Path(__file__).parent / "scenarios"
 # it (its alert is GPULost, not the server's state).
 CLASSES = ("unavailable", "idle", "healthy", "prefill_backlog", "decode_contention",
            "kv_capacity", "scheduling_bottleneck", "gpu_lost", "spec_collapsed",
-           "hicache_dropping")
+           "hicache_dropping", "grammar_backlog")
 FAULT_KINDS = ("crash", "gpu_slowdown", "xid", "gpu_lost")
 
 
@@ -195,7 +199,8 @@ def _dataclass(cls, values: dict, name: str):
 def _phase(p: Any, i: int) -> dict[str, Any]:
     if not isinstance(p, dict) or ("rate" in p) == ("burst" in p):
         raise ScenarioError(f"load[{i}]: give exactly one of rate or burst")
-    for key in ("input_tokens", "output_tokens", "spec_accept_length", "working_set_tokens"):
+    for key in ("input_tokens", "output_tokens", "spec_accept_length", "working_set_tokens",
+                "grammar_compile_seconds"):
         _draw(p.get(key, 1000), random.Random(0), 0.5, f"load[{i}].{key}")  # validates
     return p
 
@@ -227,6 +232,18 @@ def _draw(spec: Any, rng: random.Random, progress: float, where: str = "") -> fl
                 return (lo + (hi - lo) * progress) * rng.uniform(0.9, 1.1)
     raise ScenarioError(f"{where}: expected a number, {{uniform|normal|ramp: [a, b]}}, "
                         f"got {spec!r}")
+
+
+def _grammar(p: dict, rng: random.Random, progress: float, t: float) -> dict:
+    """A request's grammar: a `structured_output` share of the phase's requests carry one,
+    drawn from `grammar_schemas` distinct schemas (absent: each request's own, never cached),
+    compiling in `grammar_compile_seconds` on a cache miss."""
+    if rng.random() >= float(p["structured_output"]):
+        return {}
+    schemas = p.get("grammar_schemas")
+    key = ("schema", rng.randrange(int(schemas))) if schemas else ("unique", t)
+    return {"grammar_key": key,
+            "grammar_compile_s": _draw(p.get("grammar_compile_seconds", 0.05), rng, progress)}
 
 
 def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[float, dict]]:
@@ -261,4 +278,6 @@ def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[flo
             out[-1][1]["working_set"] = _draw(p["working_set_tokens"], rng, progress)
         if "lora_adapters" in p:  # drawn only where given
             out[-1][1]["lora_id"] = rng.randrange(int(p["lora_adapters"]))
+        if "structured_output" in p:  # drawn only where given
+            out[-1][1].update(_grammar(p, rng, progress, t))
     return out

@@ -22,6 +22,7 @@ EVENT_ONLY = {
     "Poll errors": "crash-restart",  # a poll-error series starts at its first failure
     "HiCache": "hicache-host-drops",  # a feature the other scenarios do not turn on
     "Speculative": "spec-decoding-collapse",
+    "Structured output": "grammar-compile-backlog",
 }
 # Opt-in features the simulator does not turn on, with the reason.
 NOT_SIMULATED = {

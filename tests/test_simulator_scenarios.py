@@ -6,7 +6,8 @@ prefill_backlog: prompt tokens wait to be prefilled while requests queue; decode
 each request's decode speed falls a quarter or more below usual while the batch is twice usual;
 kv_capacity: the KV pool is (nearly) full and requests are retracted; scheduling_bottleneck:
 requests queue while the KV pool is far from full and running sits at its limit; gpu_lost: NVML
-reports the GPU lost and the SGLang target is down.
+reports the GPU lost and the SGLang target is down; the feature classes read their own series
+(spec_collapsed, hicache_dropping, grammar_backlog) on a server that is otherwise not saturated.
 """
 
 import statistics
@@ -91,6 +92,10 @@ def evidence(name, truth):
         evicted = w("sglang:evicted_tokens_total")
         return (dropped[-1] - dropped[0] > 0.1 * (evicted[-1] - evicted[0]) > 0
                 and share(waiting, lambda v: v <= 2) >= 0.9 and share(kv, lambda v: v < 0.8) == 1)
+    if cls == "grammar_backlog":  # requests wait for grammars, none for the scheduler
+        grammar = w("sglang:num_grammar_queue_reqs")
+        return (share(grammar, lambda v: v >= 5) >= 0.9
+                and share(waiting, lambda v: v <= 2) >= 0.9 and share(kv, lambda v: v < 0.8) == 1)
     raise AssertionError(f"no evidence check for class {cls}")
 
 
@@ -113,6 +118,6 @@ def test_every_class_but_healthy_has_a_scenario_that_shows_it():
 def test_a_healthy_window_does_not_pass_as_an_incident():
     healthy = scenarios.load("healthy").truth[0]
     for cls in ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck",
-                "unavailable", "idle"):
+                "unavailable", "idle", "grammar_backlog"):
         fake = scenarios.Truth(healthy.start, healthy.end, cls)
         assert not evidence("healthy", fake), cls

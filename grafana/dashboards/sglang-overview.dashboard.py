@@ -248,6 +248,29 @@ speculative = [
                  d.RATIO, w=12, min_=0, max_=1, no_value=NO_SPEC),
 ]
 
+# Structured output: the grammar queue is on every server; the wait exists from the first
+# structured request a server finishes.
+NO_GRAMMAR = "No structured-output requests here: none asked for json_schema, regex or ebnf"
+structured = [
+    d.timeseries("Structured output: mean wait for the grammar",
+                 "Seconds a structured-output request waits for its grammar to compile and for "
+                 "the grammar queue ahead of it, 5 min and 1 min (recording rules: the grammar "
+                 "queue's mean length over num_so_requests_total's rate, by Little's law; a "
+                 "cached grammar waits 0). The dashed line is SGLangGrammarCompileBacklog's "
+                 "threshold (features.grammar_wait_seconds). `num_so_requests_total` appears "
+                 "with the first structured request a server finishes.",
+                 [(f"instance:sglang_grammar_wait_seconds:avg{w}{{{d.INST}}}",
+                   f"{{{{instance}}}} {w}") for w in ("5m", "1m")],
+                 d.SECONDS, w=12, min_=0, no_value=NO_GRAMMAR,
+                 thresholds=d.steps("green", (d.FEATURES["grammar_wait_seconds"], "red"))),
+    d.timeseries("Structured output: grammar queue",
+                 "Requests waiting for their grammar to compile, mean over 1 min, all DP ranks "
+                 "(recording rule over num_grammar_queue_reqs). They are not in the waiting "
+                 "queue: the state classification does not see them.",
+                 [(f"instance:sglang_grammar_queue_reqs:avg1m{{{d.INST}}}", "{{instance}}")],
+                 "none", w=12, min_=0, no_value=NO_GRAMMAR),
+]
+
 dashboard = d.dashboard(
     "SGLang — Is it slow, and why?", "sglang-overview",
     "Is SGLang slow, and why: the state per server, where requests wait, SLO, latency, the "
@@ -271,6 +294,10 @@ dashboard = d.dashboard(
                   "Tokens per verify step from counters, and against the most a step can "
                   "yield. Collapsed: a server without speculation has none of these series.",
                   speculative),
+        d.Feature("Structured output (json_schema, regex, ebnf)",
+                  "The time structured requests wait for their grammar, and the grammar queue. "
+                  "Collapsed: a server without structured requests shows 0 or no value.",
+                  structured),
         ("Alerts", "What Prometheus is alerting on now.", alerts),
     ],
 )

@@ -15,6 +15,7 @@ from sglang_obs.core.times import duration_words
 ALERTS = {
     "spec_collapsed": "SGLangSpeculativeDecodingCollapsed",
     "hicache_dropping": "SGLangHiCacheDroppingTokens",
+    "grammar_backlog": "SGLangGrammarCompileBacklog",
 }
 BY = "sum by (cluster, host, instance, model_name)"
 SPEC_ACCEPT = "instance_model:sglang_spec_accept_length:ratio_rate5m"
@@ -27,6 +28,12 @@ HICACHE_DROPPED = "instance:sglang_hicache_dropped:ratio_rate5m"
 HICACHE_DROPPED_1M = "instance:sglang_hicache_dropped:ratio_rate1m"
 HICACHE_EVICTED_1M = "instance:sglang_evicted_tokens:rate1m"
 HICACHE_HOST_USED = "instance:sglang_hicache_host_used:ratio"
+GRAMMAR_QUEUE_1M = "instance:sglang_grammar_queue_reqs:avg1m"
+GRAMMAR_WAIT = "instance:sglang_grammar_wait_seconds:avg5m"
+GRAMMAR_WAIT_1M = "instance:sglang_grammar_wait_seconds:avg1m"
+# 1 while a feature delays first tokens on its own (a grammar backlog): the TTFT burn alerts
+# are silent while it holds and a window after, as for a saturation state (rules.explained).
+FIRST_TOKEN = "instance:sglang_first_token_delayed_by_feature:bool"
 
 
 def records(t: dict) -> list[tuple[str, str, str]]:
@@ -55,6 +62,43 @@ def records(t: dict) -> list[tuple[str, str, str]]:
          "Tokens per verify step over the most a step can yield (the steps plus the bonus "
          "token): 1 when every draft is accepted."),
         *hicache_records(s),
+        *grammar_records(s, t["features"]),
+    ]
+
+
+def grammar_records(s: str, f: dict) -> list[tuple[str, str, str]]:
+    """Structured output. SGLang declares grammar counters (compilations, cache hits, timeouts,
+    compile time) but no release emits them (docs/features.md): the evidence is the grammar
+    queue's length and the structured requests finished. By Little's law their ratio is the
+    mean time a structured request spends waiting for its grammar (its own compilation and the
+    queue ahead of it; 0 for a cached grammar). The queue is one per DP rank, repeated on every
+    TP rank with --enable-metrics-for-all-schedulers: max within a DP rank, summed over them."""
+    def queue(window: str) -> str:
+        return (f"{INSTANCE} (max by (cluster, host, instance, dp_rank) ("
+                f"avg_over_time(sglang:num_grammar_queue_reqs{{{s}}}[{window}])))")
+
+    def wait(window: str) -> str:
+        # At least one finish a minute in the denominator: a queue where nothing finishes
+        # still reads as a long wait, not as no value.
+        return f"""
+{queue(window)}
+  / on (cluster, instance) group_left ()
+    clamp_min({INSTANCE} (rate(sglang:num_so_requests_total{{{s}}}[{window}])), 1 / 60)"""
+    why = ("Mean seconds a structured-output request waits for its grammar to compile (and for "
+           "the grammar queue ahead of it), by Little's law: the grammar queue's mean length "
+           "over the structured requests finished per second. Cached grammars count as 0.")
+    return [
+        (GRAMMAR_QUEUE_1M, queue("1m"),
+         "Requests waiting for their grammar to compile, mean over 1 minute, all DP ranks."),
+        (GRAMMAR_WAIT, wait("5m"), why),
+        (GRAMMAR_WAIT_1M, wait("1m"), "The same over 1 minute, for the alert."),
+        (FIRST_TOKEN, f"""
+max by (cluster, host, instance) (
+  ({GRAMMAR_WAIT_1M} > bool {f["grammar_wait_seconds"]})
+  * on (cluster, instance) ({GRAMMAR_QUEUE_1M} >= bool {f["grammar_min_queue"]}))""",
+         "1 while the grammar backlog alert's condition holds (before its for:), else 0: "
+         "structured requests then miss the TTFT SLO because of it, and the TTFT burn alerts "
+         "leave the notification to it."),
     ]
 
 
@@ -102,7 +146,8 @@ def _minus(duration: str, seconds: int) -> str:
 
 def alerts(t: dict) -> list[dict]:
     """Keyword arguments of rules.Alert, one per feature alert."""
-    return [_spec_alert(t["features"]), _hicache_alert(t["features"])]
+    f = t["features"]
+    return [_spec_alert(f), _hicache_alert(f), _grammar_alert(f)]
 
 
 def _sustained(cls: str, ratio: str, side: str, threshold: float, held: str, floor: str,
@@ -137,6 +182,25 @@ def _hicache_alert(f: dict) -> dict:
                     f"(over {high:.0%} for {duration_words(held)}): host hits fall and the "
                     "prefill computes them again.",
         dashboard="sglang-kv")
+
+
+def _grammar_alert(f: dict) -> dict:
+    high, held, floor = f["grammar_wait_seconds"], f["grammar_wait_for"], f["grammar_min_queue"]
+    return _sustained(
+        "grammar_backlog", GRAMMAR_WAIT_1M, "above", high, held,
+        f"on (cluster, instance) {GRAMMAR_QUEUE_1M} >= {floor}",
+        "the mean wait of a structured-output request for its grammar (the grammar queue's "
+        "length over `num_so_requests_total`'s rate, in seconds)",
+        while_=f"while at least {floor} request waits in the grammar queue on average",
+        comment="Structured requests wait for the grammar backend before they reach the waiting "
+                "queue: the state stays healthy while their time to first token grows.",
+        summary="SGLang structured-output requests wait for grammar compilation.",
+        description="{{ $labels.instance }}: structured-output requests wait "
+                    "{{ $value | humanizeDuration }} on average for their grammar to compile "
+                    f"(over {high} s for {duration_words(held)}): schemas that miss the "
+                    "grammar cache compile faster than they arrive, and each waits the queue "
+                    "ahead of it before it is scheduled.",
+        dashboard="sglang-overview")
 
 
 def _spec_alert(f: dict) -> dict:

@@ -353,13 +353,16 @@ def pd_explained(t: dict) -> str:
             f"max_over_time(instance:sglang_pd_explained:bool[{w}]) == 1")
 
 
-def explained(t: dict, window: str | None = None) -> str:
+def explained(t: dict, window: str | None = None, first_token: bool = False) -> str:
     """`unless` clause of a symptom alert: silent while a saturation state of its server holds
-    or held within the window (its state alert is the notification)."""
+    or held within the window (its state alert is the notification). A `first_token` symptom
+    is also explained by a feature that delays first tokens (feature_rules.FIRST_TOKEN)."""
     w = window or t["symptom_explained_window"]
+    feature = (f"\n  or max_over_time({feature_rules.FIRST_TOKEN}[{w}]) == 1" if first_token
+               else "")
     return ("unless on (cluster, instance) "
             f"(max_over_time(instance:sglang_saturated:bool[{w}]) == 1\n"
-            f"  or max_over_time(instance:sglang_pd_explained:bool[{w}]) == 1)")
+            f"  or max_over_time(instance:sglang_pd_explained:bool[{w}]) == 1{feature})")
 
 
 def state_group(t: dict) -> Group:
@@ -724,7 +727,7 @@ def slo_alerts(t: dict) -> tuple[Alert, ...]:
 instance_model:sglang_{o.key}_slo_errors:ratio_rate{long} > {budget}
 and instance_model:sglang_{o.key}_slo_errors:ratio_rate{short} > {budget}
 and on (cluster, instance, model_name) instance_model:sglang_requests:rate1h > {floor}
-{explained(t, _longer(short, t["symptom_explained_window"]))}""",
+{explained(t, _longer(short, t["symptom_explained_window"]), first_token=o.key == "ttft")}""",
                 f"{factor}x burn over {long} and {short}: "
                 f"{'pages' if severity == 'critical' else 'a ticket'}; traffic floor {floor} "
                 f"req/s.",
