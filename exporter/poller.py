@@ -101,6 +101,8 @@ class Snapshot:
     # This cycle's aggregated /metrics values (sglang_exposition.WANTED), {} when /metrics gave
     # none: the counters and queues the glance page (status.py) reads besides `derived`.
     native_values: Mapping[str, float] = field(default_factory=dict)
+    # ...and the queue gauges per priority (NativeMetrics.by_priority), {} without priorities.
+    native_by_priority: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # This cycle's PD queues from the load endpoint; None for a unified server, a release
     # without them, or a cycle without a load answer.
     pd: PdLoad | None = None
@@ -214,6 +216,7 @@ class TargetPoller:
                 config=self._config,
                 queue_run=self._queue.state(),
                 native_values=native.values if native else {},
+                native_by_priority=native.by_priority if native else {},
                 pd=load.pd if load is not None else None,
             )
             snapshot = self.snapshot

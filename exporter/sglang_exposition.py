@@ -61,6 +61,9 @@ ADDITIVE = frozenset(
         "num_grammar_queue_reqs",
         "num_decode_prealloc_queue_reqs",
         "num_decode_transfer_queue_reqs",
+        # ...and why a queue waits with the KV pool free: the LoRA adapter pool (per DP rank)
+        "lora_pool_slots_used",
+        "lora_pool_slots_total",
         # retractions (the recording rules' KV-capacity condition), the queue-time histogram
         "num_retracted_requests_total",
         "queue_time_seconds_sum",
@@ -107,6 +110,9 @@ class NativeMetrics:
     """Aggregated view of one /metrics answer."""
 
     values: dict[str, float] = field(default_factory=dict)  # bare name -> aggregated value
+    # With priority scheduling: the queue gauges' per-priority series (bare name -> priority ->
+    # value, aggregated as `values`); `values` keeps their priority="" total.
+    by_priority: dict[str, dict[str, float]] = field(default_factory=dict)
     model_name: str = ""
     spelling: str = "none"  # colon | underscore | mixed | none
     sample_count: int = 0
@@ -340,13 +346,21 @@ def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:
     out = NativeMetrics()
     # name -> (model_name, dp_rank) -> max value
     per_dp: dict[str, dict[tuple[str, str], float]] = {}
+    # (name, priority) -> (model_name, dp_rank) -> max value
+    per_priority: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
     for code, labels, value in kept:
         bare = _WANTED_BARE[(code >> 2) - 1]
+        if math.isnan(value):
+            continue
         # The scheduler writes a queue's total under priority="" beside its per-priority
-        # series: only the total counts. The tokenizer's counters carry each request's own
-        # priority and no total: they are summed over it like any other label.
-        if (bare not in SUMMED and labels.get("priority", "") != "") or math.isnan(value):
-            continue  # (an escaped value is never empty, so the raw value tells)
+        # series: the total counts, the others are kept apart. The tokenizer's counters carry
+        # each request's own priority and no total: they are summed over it like any label.
+        priority = labels.get("priority", "")
+        if bare not in SUMMED and priority != "":  # (an escaped value is never empty)
+            key = (_unescape(labels.get("model_name", "")), labels.get("dp_rank", ""))
+            groups = per_priority.setdefault((bare, _unescape(priority)), {})
+            groups[key] = max(value, groups.get(key, -math.inf))
+            continue
         model = _unescape(labels.get("model_name", ""))
         if model and not out.model_name and bare in SCHEDULER_PRESENCE:
             out.model_name = model
@@ -359,6 +373,8 @@ def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:
     for bare, groups in per_dp.items():
         out.values[bare] = (max(groups.values()) if bare in MAXIMUM
                             else sum(groups.values()))
+    for (bare, priority), groups in per_priority.items():
+        out.by_priority.setdefault(bare, {})[priority] = sum(groups.values())
     return out
 
 def _read_line(line: str) -> tuple[str, dict[str, str], float] | None:

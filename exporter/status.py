@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from array import array
@@ -573,6 +574,7 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
     snap: Snapshot | None = extra["snapshot"]
     d = snap.derived if snap is not None else None
     nv = counted(snap.native_values) if snap is not None and snap.up else {}
+    by_priority = snap.native_by_priority if nv else {}
     minute = extra.get("minute", {})
     model = (d.model_name if d is not None else "") or (
         snap.config.model_name if snap is not None and snap.config is not None else "")
@@ -621,6 +623,14 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
             "finished_last_minute": minute.get("finished"),
             "minute_window_seconds": minute.get("window_seconds"),
             "queue_nonempty_seconds": s.queue_seconds,
+            # why a queue waits with the KV pool free: the LoRA adapter pool, and the queue
+            # and batch per priority (--enable-priority-scheduling); None / {} without them
+            "lora_slots_used": nv.get("lora_pool_slots_used"),
+            "lora_slots_total": nv.get("lora_pool_slots_total"),
+            "waiting_by_priority": dict(
+                by_priority.get("num_queue_reqs", {})) if nv else {},
+            "running_by_priority": dict(
+                by_priority.get("num_running_reqs", {})) if nv else {},
         },
         "baseline": {
             "prompt_tokens": prompt,
@@ -711,12 +721,40 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
     if state == "scheduling_bottleneck":
         return (f"Requests have waited {seconds(s.queue_seconds)} continuously while the KV "
                 f"cache is only {percent(s.kv_occupancy)} full: they wait for a running slot or "
-                "an admission decision, not for memory or compute.")
+                "an admission decision, not for memory or compute." + queue_cause(p))
     if state == "idle":
         return "Nothing running, nothing waiting."
     limit = f" of {count(p['max_running'])}" if p["max_running"] is not None else ""
     return (f"{count(s.running)} running{limit}, {count(s.waiting)} waiting; no backlog, "
             "contention or capacity limit.")
+
+
+def _priority_text(value: str) -> str:
+    """A priority label as SGLang writes it (an integer, or "None" for requests without one);
+    anything else from a server's answer is not repeated."""
+    return value if re.fullmatch(r"-?\d{1,12}|None", value) else "(unreadable)"
+
+
+def queue_cause(p: Mapping[str, Any]) -> str:
+    """The feature that holds a queue back with the KV pool free, as one more sentence (the
+    alerts' `cause:`, feature_rules.queue_causes): every LoRA adapter slot in use, or one
+    priority holding most of the queue while the others run. "" when neither shows."""
+    used, total = p["lora_slots_used"], p["lora_slots_total"]
+    if used is not None and total and used >= total:
+        return (f" Every LoRA adapter slot is in use ({count(used)} of {count(total)}): the "
+                "request at the head of the queue waits for its adapter, and the queue behind "
+                "it (--max-loras-per-batch).")
+    waiting, running = p["waiting_by_priority"], p["running_by_priority"]
+    if len(waiting) < 2 or not sum(waiting.values()):
+        return ""
+    most = max(waiting, key=lambda k: waiting[k])
+    others_waiting = sum(v for k, v in waiting.items() if k != most)
+    others_running = sum(v for k, v in running.items() if k != most)
+    if waiting[most] < 2 * max(others_waiting, 1) or not others_running:
+        return ""
+    return (f" Priority scheduling: priority {_priority_text(most)} holds {count(waiting[most])} of "
+            f"the {count(sum(waiting.values()))} waiting requests while other priorities run "
+            f"{count(others_running)} of the batch: it is served last.")
 
 
 def readings(state: str, s: Signals, c: Classification, gpus: Sequence[Mapping[str, Any]],

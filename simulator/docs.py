@@ -56,6 +56,14 @@ PARAMETERS = {
     "spec_step_overhead_ratio": "speculative decoding: the draft steps and the wider verify, as "
                                 "a share of a plain decode step's time",
     "prefill_s_per_token": "compute per new prompt token",
+    "enable_priority_scheduling": "--enable-priority-scheduling: the waiting queue is ordered "
+                                  "by request priority, then by arrival",
+    "schedule_low_priority_values_first": "--schedule-low-priority-values-first: smaller "
+                                          "priority values go first",
+    "grammar_backend": "--grammar-backend (reported only)",
+    "grammar_timeout_s": "SGLANG_GRAMMAR_TIMEOUT: seconds the head of the grammar queue waits "
+                         "for its own grammar before it is aborted",
+    "grammar_compile_workers": "structured output: the grammar backend's compilation threads",
     "hicache_load_s_per_token": "HiCache: seconds to load one host-tier token back to the "
                                 "device, added to its prefill",
     "hicache_backup_tokens_per_s": "HiCache: device-to-host copy throughput; a token evicted "

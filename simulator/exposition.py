@@ -205,7 +205,14 @@ class SimCollector:
         values = {"model_name": cfg.model_name, "engine_type": self.engine_type,
                   "tp_rank": str(tp_rank), "pp_rank": "0", "moe_ep_rank": "0",
                   "dp_rank": str(dp_rank or 0)}
-        return {k: values[k] for k in p.scheduler_label_names(dp)}
+        out = {k: values[k] for k in p.scheduler_label_names(dp)}
+        if self._priorities(server):  # the collector's own value; queue gauges add their own
+            out["priority"] = ""
+        return out
+
+    def _priorities(self, server: Server) -> bool:
+        """--enable-priority-scheduling: S and T families carry `priority` from 0.5.10."""
+        return server.cfg.enable_priority_scheduling and self.profile.at_least("0.5.10")
 
     def _ranks_per_dp(self, server: Server) -> int:
         cfg = server.cfg
@@ -224,6 +231,12 @@ class SimCollector:
                 if sched.has_reported:  # lazy: no samples before the first stats report
                     family.add_metric([*lab.values(), *([self._pid] if spec.pid else [])],
                                       spec.value(sched))
+                    # A queue's total stays under priority=""; each priority seen so far gets
+                    # its own series (0 once it has none), as SGLang's QueueCount writes them.
+                    for priority, n in sched.reported.by_priority.get(spec.name, {}).items():
+                        if "priority" in lab:
+                            family.add_metric([*{**lab, "priority": str(priority)}.values()],
+                                              float(n))
             if family.samples:
                 yield family
         # Startup constants: emitted by every scheduler rank, from the start.
@@ -383,15 +396,26 @@ class SimCollector:
         p, tk, cfg = self.profile, server.tokenizer, server.cfg
         if not tk.touched:
             return
-        base_names = list(p.tokenizer_label_names())
-        base = {"model_name": cfg.model_name, "engine_type": self.engine_type}
+        # With priority scheduling the T families carry `priority`: each request's own for the
+        # families counted per request (as split by TokenizerStats.split), "" for the others
+        # (the collector's own value; the goldens' traffic sent no priority).
+        priorities = self._priorities(server)
+        base_names = list(p.tokenizer_label_names()) + (["priority"] if priorities else [])
+        base = {"model_name": cfg.model_name, "engine_type": self.engine_type, "priority": ""}
         base_values = [base[n] for n in base_names]
         split = p.streaming_label
 
-        def streaming_variants(values: dict[bool, float]):
-            if split:
-                return [(["true" if s else "false"], v) for s, v in sorted(values.items())]
-            return [([], sum(values.values()))]
+        def variants(values: dict, by_stream: bool = True) -> list[tuple[list[str], object]]:
+            """(label values, the values of that series) of each (streaming, priority) series."""
+            grouped: dict[tuple[str, str], list] = {}
+            for (streaming, prio), value in values.items():
+                key = ("true" if streaming else "false") if split and by_stream else "", prio
+                grouped.setdefault(key if priorities else (key[0], ""), []).append(value)
+            out = []
+            for (stream, prio), parts in sorted(grouped.items()):
+                labels = [prio if n == "priority" else base[n] for n in base_names]
+                out.append((labels + ([stream] if split and by_stream else []), parts))
+            return out
 
         s_labels = ["is_streaming"] if split else []
         for name, values, help_ in (
@@ -402,8 +426,8 @@ class SimCollector:
             if name == "num_requests" and not p.at_least("0.4.3.post4"):
                 continue
             family = CounterMetricFamily(P + name, help_, labels=base_names + s_labels)
-            for extra, value in streaming_variants(values):
-                family.add_metric(base_values + extra, value)
+            for labels, parts in variants(values):
+                family.add_metric(labels, sum(parts))
             yield family
         cached = CounterMetricFamily(
             P + "cached_tokens", "Number of cached prompt tokens.",
@@ -461,16 +485,11 @@ class SimCollector:
                 continue
             family = HistogramMetricFamily(P + name, help_,
                                            labels=base_names + (s_labels if by_stream else []))
-            for streaming in (False, True):
-                parts = [h for (k, s), h in tk.histograms.items()
-                         if k == key and (s == streaming or not by_stream)]
-                if not by_stream and streaming:
-                    break
+            ours = {sp: h for (k, sp), h in tk.histograms.items() if k == key}
+            for labels, parts in variants(ours, by_stream):
                 merged = Histogram.merged(parts)
-                if merged is None:
-                    continue
-                extra = ["true" if streaming else "false"] if by_stream else []
-                _add_histogram(family, base_values + extra, merged)
+                if merged is not None:
+                    _add_histogram(family, labels, merged)
             if family.samples:
                 yield family
 

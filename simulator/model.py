@@ -66,6 +66,11 @@ class ServerConfig:
     # running batch holds at most this many distinct adapters.
     enable_lora: bool = False
     max_loras_per_batch: int = 8
+    # Priority scheduling (--enable-priority-scheduling): the waiting queue is ordered by each
+    # request's priority, larger values first unless --schedule-low-priority-values-first, then
+    # by arrival. (Preemption of running requests by higher priorities is not modelled.)
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
     # Structured output (simulator/grammar.py): --grammar-backend, and SGLANG_GRAMMAR_TIMEOUT.
     grammar_backend: str = "xgrammar"
     grammar_timeout_s: float = 300.0
@@ -130,6 +135,7 @@ class Request:
     lora_id: int | None = None  # its LoRA adapter (None: the base model)
     # Structured output: its grammar's cache key (None: no json_schema/regex/ebnf) and what
     # compiling it takes on a cache miss.
+    priority: int | None = None  # with priority scheduling
     grammar_key: object = None
     grammar_compile_s: float = 0.0
     # progress
@@ -235,33 +241,41 @@ class TokenizerStats:
     """Per-request metrics of the tokenizer process (no rank labels), split by is_streaming."""
 
     make_histogram: Callable[[str], Histogram]
-    prompt_tokens: dict[bool, float] = field(default_factory=dict)
-    generation_tokens: dict[bool, float] = field(default_factory=dict)
-    requests: dict[bool, float] = field(default_factory=dict)
+    # keyed by split(): (is_streaming, priority)
+    prompt_tokens: dict[tuple[bool, str], float] = field(default_factory=dict)
+    generation_tokens: dict[tuple[bool, str], float] = field(default_factory=dict)
+    requests: dict[tuple[bool, str], float] = field(default_factory=dict)
     cached_tokens: float = 0.0
     cached_host_tokens: float = 0.0  # of which loaded back from HiCache's host tier
     aborted: float = 0.0
     so_requests: float = 0.0  # finished requests with a grammar (num_so_requests_total)
     spec_verify_calls: float = 0.0  # lazy family: from the first request with a verify
     cfg: ServerConfig | None = None
-    histograms: dict[tuple[str, bool], Histogram] = field(default_factory=dict)
+    histograms: dict[tuple[str, tuple[bool, str]], Histogram] = field(default_factory=dict)
     touched: bool = False  # lazy families: nothing exposed before the first request
     # Called with (request, finish time) for every finished request: the request records.
     on_finished: Callable[[Request, float], None] | None = None
 
-    def histogram(self, name: str, streaming: bool = False) -> Histogram:
-        key = (name, streaming)
+    def histogram(self, name: str, split: tuple[bool, str] = (False, "")) -> Histogram:
+        key = (name, split)
         if key not in self.histograms:
             self.histograms[key] = self.make_histogram(name)
         return self.histograms[key]
 
+    def split(self, req: Request) -> tuple[bool, str]:
+        """The request's own label values: is_streaming, and with priority scheduling its
+        priority ("" when it has none)."""
+        prio = (str(req.priority) if self.cfg is not None and self.cfg.enable_priority_scheduling
+                and req.priority is not None else "")
+        return req.streaming, prio
+
     def first_token(self, req: Request, now: float) -> None:
         self.touched = True
-        self.histogram("ttft", req.streaming).observe(now - req.start)
+        self.histogram("ttft", self.split(req)).observe(now - req.start)
 
     def finished(self, req: Request, now: float) -> None:
         self.touched = True
-        s = req.streaming
+        s = self.split(req)
         out = int(req.generated)
         self.prompt_tokens[s] = self.prompt_tokens.get(s, 0) + req.input_len
         self.generation_tokens[s] = self.generation_tokens.get(s, 0) + out
@@ -300,6 +314,8 @@ class Reported:
     host_used_tokens: float = 0.0  # HiCache host pool
     lora_slots_used: int = 0  # distinct LoRA adapters in the running batch
     grammar_queue: int = 0  # requests waiting for their grammar to compile
+    # With priority scheduling: gauge name -> priority -> requests, every priority seen so far.
+    by_priority: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 class Scheduler:
@@ -454,6 +470,9 @@ class Scheduler:
             self.now = idle_until if idle_until > self.now else until
 
     def _pick(self) -> Request:
+        if self.cfg.enable_priority_scheduling:  # by priority, then first come first served
+            sign = 1 if self.cfg.schedule_low_priority_values_first else -1
+            return min(self.waiting, key=lambda r: (sign * (r.priority or 0), r.arrival))
         if self.cfg.schedule_policy == "lpm":  # longest cached prefix first
             return max(self.waiting, key=lambda r: r.input_len * r.cached_fraction)
         return self.waiting[0]
@@ -717,6 +736,14 @@ class Scheduler:
         r.running = len(self.running)
         r.queue = len(self.waiting)
         r.grammar_queue = len(self.grammar)
+        if self.cfg.enable_priority_scheduling:
+            for name, reqs in (("num_queue_reqs", self.waiting), ("num_running_reqs",
+                                                                  self.running)):
+                seen = r.by_priority.setdefault(name, {})
+                for p in seen:
+                    seen[p] = 0
+                for req in reqs:
+                    seen[req.priority or 0] = seen.get(req.priority or 0, 0) + 1
         r.used_tokens = self.used_tokens
         r.evictable_tokens = self.evictable
         r.token_usage = round(self.used_tokens / self.cfg.max_total_num_tokens, 2)

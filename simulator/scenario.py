@@ -27,6 +27,8 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
       # schemas (without grammar_schemas every schema is new), compiled on a cache miss
       - {at: 1300, rate: 0.5, structured_output: 0.6, grammar_schemas: 40,
          grammar_compile_seconds: {uniform: [0.5, 2.0]}}
+      # with server.enable_priority_scheduling: each request's priority, by share
+      - {at: 1400, rate: 0.5, priorities: {10: 0.7, 0: 0.3}}
     faults:
       - {at: 900, kind: crash, downtime: 40}
       - {at: 1200, kind: gpu_slowdown, factor: 0.5, duration: 300}
@@ -202,6 +204,13 @@ def _phase(p: Any, i: int) -> dict[str, Any]:
     for key in ("input_tokens", "output_tokens", "spec_accept_length", "working_set_tokens",
                 "grammar_compile_seconds"):
         _draw(p.get(key, 1000), random.Random(0), 0.5, f"load[{i}].{key}")  # validates
+    shares = p.get("priorities", {0: 1})
+    if (not isinstance(shares, dict) or not shares
+            or not all(isinstance(k, int) and not isinstance(k, bool) for k in shares)
+            or not all(isinstance(v, int | float) and v >= 0 for v in shares.values())
+            or sum(shares.values()) <= 0):
+        raise ScenarioError(f"load[{i}].priorities: expected {{priority (an integer): share}}, "
+                            f"got {shares!r}")
     return p
 
 
@@ -232,6 +241,16 @@ def _draw(spec: Any, rng: random.Random, progress: float, where: str = "") -> fl
                 return (lo + (hi - lo) * progress) * rng.uniform(0.9, 1.1)
     raise ScenarioError(f"{where}: expected a number, {{uniform|normal|ramp: [a, b]}}, "
                         f"got {spec!r}")
+
+
+def _choose(shares: dict, rng: random.Random) -> int:
+    """A key of `shares` ({value: weight}) drawn by weight."""
+    x, keys = rng.random() * sum(shares.values()), sorted(shares)
+    for key in keys:
+        x -= shares[key]
+        if x < 0:
+            return int(key)
+    return int(keys[-1])
 
 
 def _grammar(p: dict, rng: random.Random, progress: float, t: float) -> dict:
@@ -278,6 +297,8 @@ def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[flo
             out[-1][1]["working_set"] = _draw(p["working_set_tokens"], rng, progress)
         if "lora_adapters" in p:  # drawn only where given
             out[-1][1]["lora_id"] = rng.randrange(int(p["lora_adapters"]))
+        if "priorities" in p:  # {priority: share of the phase's requests}, drawn where given
+            out[-1][1]["priority"] = _choose(p["priorities"], rng)
         if "structured_output" in p:  # drawn only where given
             out[-1][1].update(_grammar(p, rng, progress, t))
     return out

@@ -49,7 +49,11 @@ AFTER_CLEAR = 135  # seconds watched after the last clear: the resolve target an
 HOSTS = (("long-context-incident", 0), ("kv-exhaustion", 150), ("decode-contention", 150),
          ("scheduling-bottleneck", 150), ("crash-restart", 420), ("gpu-lost", 120),
          ("healthy", 60), ("idle-preallocated", 0), ("planned-restart", 300),
-         ("spec-decoding-collapse", 0), ("hicache-host-drops", 0))
+         ("spec-decoding-collapse", 0), ("hicache-host-drops", 0),
+         ("grammar-compile-backlog", 0), ("lora-churn", 0), ("priority-starvation", 0))
+# The cause the first notification of a host's incident must name (feature_rules.queue_causes).
+CAUSES = {"lora-churn": "cause: every LoRA adapter slot",
+          "priority-starvation": "cause: priority 0 requests wait far longer"}
 # PD deployments (sglang-sim pd): one incident, and the healthy deployment for its whole run.
 # (pd-kv-transfer-bottleneck is not one: its "usual speed" is the median of the last hour, and a
 # run this short has too little healthy history before the link collapses.)
@@ -347,12 +351,17 @@ def measure(h: Host, entries: list[dict], watched_until: float) -> list[dict]:
             if t.end < sc.duration:
                 done = min((e["time"] for e in mine if e["labels"]["alertname"] == alert
                             and e["status"] == "resolved" and e["time"] >= clear), default=None)
+            said = next((e["annotations"].get("description", "") for e in sorted(
+                mine, key=lambda e: e["time"]) if e["labels"]["alertname"] == alert
+                and e["status"] == "firing" and e["time"] == first), None)
             rows.append({"scenario": h.scenario, "class": t.cls, "expected": alert,
                          "incident": f"{incident[0].start:.0f}-{incident[-1].end:.0f}",
                          "phase": i + 1, "onset": t.start,
                          "clear": t.end if t.end < sc.duration else None,
                          "onset_to_notification": None if first is None else round(first - onset),
                          "clear_to_resolved": None if done is None else round(done - clear),
+                         **({"cause_named": CAUSES[h.scenario] in (said or "")}
+                            if h.scenario in CAUSES else {}),
                          **span})
     return rows
 
@@ -375,6 +384,9 @@ def test_alert_timing_end_to_end(run):
                                          > detection.RESOLVE_WITHIN_SECONDS):
             problems.append(f"{row['scenario']} {row['class']}: resolved "
                             f"{row['clear_to_resolved']} s after the clear")
+        if row.get("cause_named") is False:
+            problems.append(f"{row['scenario']} {row['class']}: the first notification does "
+                            f"not name its cause ({CAUSES[row['scenario']]!r})")
         # One group per incident. Its notifications: the first, one update per declared class
         # change, and at most one more when the classification sees another saturation state
         # on the way in (KV exhaustion's growing batch is decode contention for a while before

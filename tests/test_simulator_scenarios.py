@@ -5,7 +5,8 @@ unavailable: the SGLang target is down; idle: nothing runs or waits; healthy: no
 prefill_backlog: prompt tokens wait to be prefilled while requests queue; decode_contention:
 each request's decode speed falls a quarter or more below usual while the batch is twice usual;
 kv_capacity: the KV pool is (nearly) full and requests are retracted; scheduling_bottleneck:
-requests queue while the KV pool is far from full and running sits at its limit; gpu_lost: NVML
+requests queue while the KV pool is far from full and running sits at its limit (or every LoRA
+adapter slot is in use); gpu_lost: NVML
 reports the GPU lost and the SGLang target is down; the feature classes read their own series
 (spec_collapsed, hicache_dropping, grammar_backlog) on a server that is otherwise not saturated.
 """
@@ -76,9 +77,11 @@ def evidence(name, truth):
                 >= 2 * usual_running)
     if cls == "kv_capacity":
         return share(kv, lambda v: v >= 0.9) >= 0.8 and retracted[-1] > retracted[0]
-    if cls == "scheduling_bottleneck":
-        return (share(waiting, lambda v: v > 0) >= 0.9 and max(v for v in kv if v) < 0.5
-                and share(ratio, lambda v: v >= 0.8) >= 0.9)
+    if cls == "scheduling_bottleneck":  # at the slot limit, or held by the LoRA adapter pool
+        lora = w("sglang:lora_pool_utilization")
+        held = (share(ratio, lambda v: v >= 0.8) >= 0.9
+                or bool(lora) and share(lora, lambda v: v >= 1) >= 0.9)
+        return share(waiting, lambda v: v > 0) >= 0.9 and max(v for v in kv if v) < 0.5 and held
     if cls == "gpu_lost":  # the faulted GPU reads lost, and SGLang is down
         gpus = {f.gpu for f in scenarios.load(name).faults if f.kind == "gpu_lost"}
         lost = all(0 in w("sglang_obs_gpu_device_up", gpu=str(g)) for g in gpus)

@@ -427,3 +427,31 @@ def test_a_failing_status_answers_500_for_the_page_only(glance):
     assert get(port, "/")[0].status == 500
     assert get(port, "/api/v1/status")[0].status == 500
     assert get(port, "/metrics")[0].status == 200
+
+
+@pytest.mark.parametrize(("name", "at", "cause"), [
+    ("lora-churn", 600, "Every LoRA adapter slot is in use (4 of 4)"),
+    ("priority-starvation", 800, "Priority scheduling: priority 0 holds"),
+    ("scheduling-bottleneck", 600, None),
+])
+def test_the_glance_page_names_the_feature_that_holds_the_queue(name, at, cause):
+    # Prepare: the scenario's server polled in-process every 5 s up to `at`
+    sim = Simulation(scenarios.load(name), "0.5.23")
+    app = sim_app(sim, threading.Lock())
+    board = StatusBoard(C, poll_interval=5.0)
+    tracker = board.add("sglang:30000")
+    poller = TargetPoller("http://sglang:30000", PollSettings(interval=5.0),
+                          clock=lambda: sim.t, fetcher=in_process_fetcher(app, None, lambda: True),
+                          on_poll=tracker.observe)
+    # Act
+    for t in range(0, at + 1, 5):
+        sim.advance(float(t))
+        poller.poll_once()
+    status = json.loads(GlancePages(board, "/metrics", ["http://sglang:30000"])
+                        .answer("/api/v1/status")[2].decode())["servers"][0]
+    # Check: the state, and the cause in its sentence (none where no feature holds the queue)
+    assert status["state"] == "scheduling_bottleneck"
+    if cause is None:
+        assert "LoRA" not in status["reason"] and "Priority" not in status["reason"]
+    else:
+        assert cause in status["reason"], status["reason"]

@@ -63,6 +63,7 @@ def records(t: dict) -> list[tuple[str, str, str]]:
          "token): 1 when every draft is accepted."),
         *hicache_records(s),
         *grammar_records(s, t["features"]),
+        *queue_cause_records(s, t),
     ]
 
 
@@ -100,6 +101,68 @@ max by (cluster, host, instance) (
          "structured requests then miss the TTFT SLO because of it, and the TTFT burn alerts "
          "leave the notification to it."),
     ]
+
+
+LORA_FULL = "instance:sglang_lora_pool_utilization:min30s"
+PRIORITY_QUEUE = "instance_priority:sglang_queue_reqs:avg2m"
+PRIORITY_DONE = "instance_priority:sglang_requests:rate2m"
+PRIORITY_WAIT = "instance_priority:sglang_queue_wait_seconds:avg2m"
+PRIORITY_STARVED = "instance_priority:sglang_starved_queue_wait_seconds:avg2m"
+
+
+def queue_cause_records(s: str, t: dict) -> list[tuple[str, str, str]]:
+    """Why requests queue while the KV pool is free (state scheduling_bottleneck): two features
+    that hold the queue back by design, each measured over a span no longer than the state
+    needs to form, so the cause holds when the state's alert fires and its description can
+    name it. The per-priority queue gauges are one series per priority beside the priority=""
+    total, the request counters one series per request priority (docs/features.md)."""
+    w = f"{t['classification']['scheduling_queue_seconds']}s"
+    by = "cluster, host, instance, priority"
+    ratio, floor = t["features"]["priority_starvation_wait_ratio"], t["classification"][
+        "scheduling_queue_seconds"]
+    return [
+        (LORA_FULL, f"max by (cluster, host, instance) (min_over_time("
+                    f"sglang:lora_pool_utilization{{{s}}}[{w}]))",
+         "The LoRA adapter pool's least use over the state's span (0.5.7+, with --enable-lora): "
+         "1 when every slot held an adapter throughout, so a request needing another adapter "
+         "holds the queue behind it (SGLang stops admission at it)."),
+        (PRIORITY_QUEUE, f"sum by ({by}) (max by ({by}, dp_rank) ("
+                         f'avg_over_time(sglang:num_queue_reqs{{{s}, priority!=""}}[2m])))',
+         "With --enable-priority-scheduling: each priority's mean waiting requests over 2 "
+         "minutes, all DP ranks."),
+        (PRIORITY_DONE, f'sum by ({by}) (rate(sglang:num_requests_total{{{s}, priority!=""}}'
+                        f"[2m]))",
+         "Each priority's finished requests per second over 2 minutes."),
+        (PRIORITY_WAIT, f"""
+{PRIORITY_QUEUE}
+  / on (cluster, instance, priority) group_left ()
+    clamp_min({PRIORITY_DONE}, 1 / 120)""",
+         "Each priority's mean wait in the queue by Little's law (its queue over its finished "
+         "requests per second, at least one per 2 minutes): how long its requests wait."),
+        (PRIORITY_STARVED, f"""
+{PRIORITY_WAIT} > {floor}
+and on (cluster, instance, priority)
+  {PRIORITY_WAIT} > on (cluster, instance) group_left ()
+    ({ratio} * min by (cluster, instance) ({PRIORITY_WAIT}))""",
+         f"The priorities whose requests wait over {floor} s and over {ratio}× the shortest "
+         "wait of any priority: priority scheduling serves them last."),
+    ]
+
+
+def queue_causes(t: dict) -> str:
+    """Description fragments of the queueing alerts (`; cause: ...`) for this alert's instance,
+    each printed only when its record holds (the `%q`s: cluster, then instance)."""
+    lora = f"max({LORA_FULL}{{cluster=%q, instance=%q}}) >= 1"
+    starved = f"topk(1, {PRIORITY_STARVED}{{cluster=%q, instance=%q}})"
+    ratio = t["features"]["priority_starvation_wait_ratio"]
+    return (f"{{{{ with printf `{lora}` $labels.cluster $labels.instance | query }}}}"
+            "; cause: every LoRA adapter slot of the batch is in use, so the request at the head "
+            "of the queue waits for its adapter and the queue waits behind it "
+            "(--max-loras-per-batch){{ end }}"
+            f"{{{{ with printf `{starved}` $labels.cluster $labels.instance | query }}}}"
+            "{{ with . | first }}; cause: priority {{ .Labels.priority }} requests wait far "
+            f"longer than those of other priorities (over {ratio} times the shortest wait): "
+            "priority scheduling serves them last{{ end }}{{ end }}")
 
 
 def hicache_records(s: str) -> list[tuple[str, str, str]]:

@@ -667,7 +667,8 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             summary="SGLang requests queue while capacity is free.",
             description="{{ $labels.instance }} is in state scheduling_bottleneck: requests "
                         "queue with the KV pool far from full. "
-                        + _value("queue_continuous", "humanizeDuration") + TTFT_P95 + ".",
+                        + _value("queue_continuous", "humanizeDuration") + TTFT_P95
+                        + feature_rules.queue_causes(t) + ".",
             also=", with no prefill backlog and no decode contention (those come first)"),
         Alert(
             "SGLangLongQueueing",
@@ -679,7 +680,7 @@ def saturation_alerts(t: dict) -> tuple[Alert, ...]:
             severity="warning", for_="0m", summary="SGLang requests have been queueing for long.",
             description="{{ $labels.instance }}: the waiting queue has been continuously "
                         "non-empty for {{ $value | humanizeDuration }}, with no saturation state "
-                        "to explain it.",
+                        "to explain it" + feature_rules.queue_causes(t) + ".",
             fires_when="the waiting queue has been continuously non-empty for ≥ "
                        f"{a['long_queueing_seconds']} s "
                        "(`instance:sglang_queue_nonempty_duration_seconds:max`), and the server "
