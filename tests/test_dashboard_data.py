@@ -23,6 +23,8 @@ EVENT_ONLY = {
     "HiCache": "hicache-host-drops",  # a feature the other scenarios do not turn on
     "Speculative": "spec-decoding-collapse",
     "Structured output": "grammar-compile-backlog",
+    "LoRA": "lora-churn",
+    "Priorities": "priority-starvation",
 }
 # Opt-in features the simulator does not turn on, with the reason.
 NOT_SIMULATED = {

@@ -271,6 +271,43 @@ structured = [
                  "none", w=12, min_=0, no_value=NO_GRAMMAR),
 ]
 
+# LoRA (--enable-lora) and priority scheduling: features that hold the queue back by design
+# (the scheduling_bottleneck state's causes, named in its alert and on the glance page).
+NO_LORA = "No LoRA series: the server runs without --enable-lora"
+lora = [
+    d.timeseries("LoRA: adapter slots in use",
+                 "The least lora_pool_utilization (adapters in the running batch over "
+                 "--max-loras-per-batch) over the scheduling_bottleneck state's span (recording "
+                 "rule): at 1, every slot held an adapter throughout, and a request needing "
+                 "another adapter holds the queue behind it. SGLang 0.5.7+ with --enable-lora: a "
+                 "default-flags server of 0.4.6.post5, 0.5.5, 0.5.12 or 0.5.23 has no "
+                 "`lora_pool_utilization`.",
+                 [(f"instance:sglang_lora_pool_utilization:min30s{{{d.INST}}}",
+                   "{{instance}}")],
+                 d.RATIO, w=24, min_=0, max_=1, no_value=NO_LORA),
+]
+NO_PRIORITY = ("No per-priority series: the server runs without --enable-priority-scheduling")
+priorities = [
+    d.timeseries("Priorities: mean wait in the queue",
+                 "Each priority's mean wait by Little's law: its num_queue_reqs series (mean over 2 "
+                 "min) over its finished requests per second (recording rule). A priority served "
+                 "last waits far longer than the others while the batch is full. SGLang 0.5.10+ "
+                 "with --enable-priority-scheduling: a default-flags server of 0.4.6.post5, 0.5.5, "
+                 "0.5.12 or 0.5.23 has no per-priority `num_queue_reqs` or `num_requests_total`.",
+                 [(f"instance_priority:sglang_queue_wait_seconds:avg2m{{{d.INST}}}",
+                   "{{instance}} priority {{priority}}")],
+                 d.SECONDS, w=12, min_=0, no_value=NO_PRIORITY),
+    d.timeseries("Priorities: waiting requests",
+                 "Each priority's waiting requests, mean over 2 min, all DP ranks (recording rule "
+                 "over num_queue_reqs' per-priority series; the priority=\"\" series is their "
+                 "total). SGLang 0.5.10+ with --enable-priority-scheduling: a default-flags "
+                 "server of 0.4.6.post5, 0.5.5, 0.5.12 or 0.5.23 has no per-priority "
+                 "`num_queue_reqs`.",
+                 [(f"instance_priority:sglang_queue_reqs:avg2m{{{d.INST}}}",
+                   "{{instance}} priority {{priority}}")],
+                 "none", w=12, min_=0, no_value=NO_PRIORITY),
+]
+
 dashboard = d.dashboard(
     "SGLang — Is it slow, and why?", "sglang-overview",
     "Is SGLang slow, and why: the state per server, where requests wait, SLO, latency, the "
@@ -298,6 +335,12 @@ dashboard = d.dashboard(
                   "The time structured requests wait for their grammar, and the grammar queue. "
                   "Collapsed: a server without structured requests shows 0 or no value.",
                   structured),
+        d.Feature("LoRA (--enable-lora)",
+                  "Adapter slots of the running batch in use. Collapsed: a server without LoRA "
+                  "has none of these series.", lora),
+        d.Feature("Priorities (--enable-priority-scheduling)",
+                  "Wait and queue per priority. Collapsed: a server without priority scheduling "
+                  "has none of these series.", priorities),
         ("Alerts", "What Prometheus is alerting on now.", alerts),
     ],
 )
