@@ -426,7 +426,9 @@ class SimCollector:
             if name == "num_requests" and not p.at_least("0.4.3.post4"):
                 continue
             family = CounterMetricFamily(P + name, help_, labels=base_names + s_labels)
-            for labels, parts in variants(values):
+            # Before the first finished request: a 0 under the base labels where there is no
+            # is_streaming split (releases before 0.5.17), nothing where there is.
+            for labels, parts in variants(values) or ([] if split else [(base_values, [0.0])]):
                 family.add_metric(labels, sum(parts))
             yield family
         cached = CounterMetricFamily(
