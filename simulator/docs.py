@@ -53,8 +53,12 @@ PARAMETERS = {
     "weight_memory_gb": "reported per GPU",
     "kv_cache_memory_gb": "reported per GPU",
     "prefill_overhead_s": "fixed cost of one prefill batch",
-    "spec_step_overhead_ratio": "speculative decoding: the draft steps and the wider verify, as "
-                                "a share of a plain decode step's time",
+    "spec_draft_step_ratio": "speculative decoding: one draft step (its forward pass and its "
+                             "token in the verify) as a share of a plain decode step: a step "
+                             "of k drafts costs 1 + k x this",
+    "spec_accept_steps": "the --speculative-num-steps the accept lengths were measured at, "
+                         "when other than speculative_num_steps: each draft token accepted "
+                         "with one chance, the lengths are rescaled to the steps",
     "prefill_s_per_token": "compute per new prompt token",
     "enable_priority_scheduling": "--enable-priority-scheduling: the waiting queue is ordered "
                                   "by request priority, then by arrival",
@@ -103,6 +107,7 @@ BLOCKS = {
     "comparison": lambda: compare.markdown(["long-context-incident",
                                             "long-context-incident-tuned"]),
     "what-if-calibration": what_if.calibration_table,
+    "what-if-spec-calibration": what_if.spec_calibration_table,
 }
 
 

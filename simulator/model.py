@@ -12,6 +12,7 @@ The model is deterministic for a given arrival list. Time is simulated seconds s
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ class ServerConfig:
     # verified per step, so at most steps + 1 tokens a step)
     speculative_num_steps: int = 3
     speculative_num_draft_tokens: int = 4
+    # The --speculative-num-steps that spec_accept_length (and the requests' accept lengths)
+    # were measured at, when it differs from speculative_num_steps (what-if: other steps).
+    spec_accept_steps: int | None = None
     # HiCache (simulator/hicache.py): a host-memory tier behind the device radix cache
     # (--enable-hierarchical-cache, --hicache-ratio: host pool over the device pool,
     # --hicache-write-policy: write_through, SGLang's default, or write_back).
@@ -106,9 +110,10 @@ class PerfModel:
     decode_overhead_s: float = 0.025
     decode_s_per_request: float = 8.0e-4
     decode_s_per_kv_token: float = 3.0e-8
-    # Speculative decoding: the draft model's steps and the wider verify, as a share of a plain
-    # decode step's time. Speculation pays while accept length > 1 + this share.
-    spec_step_overhead_ratio: float = 0.0
+    # Speculative decoding: one draft step (the draft model's forward pass, and its token in
+    # the wider verify) as a share of a plain decode step's time. A step of k drafts costs
+    # 1 + k x this, so speculation pays while the accept length exceeds that.
+    spec_draft_step_ratio: float = 0.0
     # HiCache: loading a host-tier prefix back to the device (host-to-device copy, in the
     # prefill), and the device-to-host copy engine's throughput for backups.
     hicache_load_s_per_token: float = 1.5e-6
@@ -178,10 +183,30 @@ class Request:
 
 
 def accept_length(req: Request, cfg: ServerConfig) -> float:
-    """Tokens one decode step yields for `req` (1 without speculative decoding)."""
-    if cfg.speculative_algorithm and req.accept_length is not None:
-        return req.accept_length
-    return cfg.spec_accept_length
+    """Tokens one decode step yields for `req` (1 without speculative decoding), at the
+    server's --speculative-num-steps (rescaled when the lengths were given at other steps)."""
+    length = (req.accept_length if cfg.speculative_algorithm and req.accept_length is not None
+              else cfg.spec_accept_length)
+    measured = cfg.spec_accept_steps or cfg.speculative_num_steps
+    if cfg.speculative_algorithm and measured != cfg.speculative_num_steps:
+        return accept_length_at(length, measured, cfg.speculative_num_steps)
+    return length
+
+
+@functools.lru_cache(maxsize=4096)
+def accept_length_at(length: float, steps: int, other: int) -> float:
+    """The accept length at `other` draft steps of a chain (EAGLE with topk 1) that yields
+    `length` tokens per verify at `steps`. Each draft token is accepted with the same chance a
+    once the ones before it were: a step of k drafts yields (1 - a^(k+1)) / (1 - a) tokens,
+    accepted drafts plus the bonus token; a is found from `length` by bisection."""
+    def tokens(a: float, k: int) -> float:
+        return k + 1.0 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+    length = min(max(length, 1.0), steps + 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tokens(mid, steps) < length else (lo, mid)
+    return tokens((lo + hi) / 2, other)
 
 
 def spec_accept_rate(length: float, cfg: ServerConfig) -> float:
@@ -646,7 +671,7 @@ class Scheduler:
         seconds = (perf.decode_overhead_s + perf.decode_s_per_request * batch +
                    perf.decode_s_per_kv_token * kv) / self.speed
         if cfg.speculative_algorithm:
-            seconds *= 1 + perf.spec_step_overhead_ratio
+            seconds *= 1 + perf.spec_draft_step_ratio * cfg.speculative_num_steps
         self._allocate(needed, used=kv)
         if self.host is not None:
             self.host.drain(seconds)

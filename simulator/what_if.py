@@ -67,7 +67,7 @@ DEFAULT_SEEDS = 5
 SCHEDULER_ARGS = ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens",
                   "schedule_policy", "num_continuous_decode_steps", "max_total_num_tokens",
                   "context_length", "dp_size", "speculative_algorithm", "spec_accept_length",
-                  "decode_log_interval")
+                  "speculative_num_steps", "decode_log_interval")
 POLICIES = ("fcfs", "lpm")
 # Seed 000's change: the proposal its authors deployed and asked to verify.
 SEED_000 = {"max_running_requests": 10, "chunked_prefill_size": 8192, "schedule_policy": "lpm",
@@ -262,6 +262,13 @@ class Estimate:
     args: dict[str, Any]  # ServerConfig fields the series show
     args_from: dict[str, str]  # field -> the series it came from
     notes: list[str] = field(default_factory=list)
+    # Speculative decoding: tokens per verify step per minute of the window (None where the
+    # minute finished no request), from the counters; each drawn request gets its minute's.
+    spec_accept: list[float | None] = field(default_factory=list)
+
+    def spec_accept_at(self, offset: float) -> float | None:
+        i = int(offset // BIN_SECONDS)
+        return self.spec_accept[i] if 0 <= i < len(self.spec_accept) else None
 
     @property
     def duration(self) -> float:
@@ -370,6 +377,7 @@ ARG_SERIES = {
     "tp_size": ("sglang_obs_config_tp_size",),
     "dp_size": ("sglang_obs_config_dp_size",),
     "num_continuous_decode_steps": ("sglang_obs_config_num_continuous_decode_steps",),
+    "speculative_num_steps": (f"{P}spec_num_steps",),  # 0.5.13+; 0 without a draft model
 }
 
 
@@ -379,7 +387,7 @@ def _args(source: Source) -> tuple[dict[str, Any], dict[str, str]]:
     for name, candidates in ARG_SERIES.items():
         for series in candidates:
             points = _one(source, series, "max")
-            if points:
+            if points and (points[-1][1] > 0 or name != "speculative_num_steps"):
                 args[name], origin[name] = int(points[-1][1]), series
                 break
     info = source.info("sglang_obs_server_config_info") or {}
@@ -392,6 +400,16 @@ def _args(source: Source) -> tuple[dict[str, Any], dict[str, str]]:
         args["schedule_policy"] = "fcfs"  # the model knows fcfs and lpm; others are reported
         origin["schedule_policy"] += " (not modelled: fcfs)"
     if args.get("speculative_algorithm"):
+        # The recording rule's definition first: generated tokens over verify steps, both
+        # counted as requests finish (0.5.13+); the last report's gauge covers one interval.
+        verifies = _increase(_one(source, f"{P}spec_verify_calls_total"))
+        generated = _increase(_one(source, f"{P}generation_tokens_total"))
+        if verifies > 0 and generated > 0:
+            args["spec_accept_length"] = round(generated / verifies, 3)
+            origin["spec_accept_length"] = (f"{P}generation_tokens_total over "
+                                            f"{P}spec_verify_calls_total (increase over the "
+                                            "window)")
+            return args, origin
         for series in (f"{P}spec_accept_length", "sglang_obs_log_spec_accept_length"):
             values = [v for _, v in _one(source, series, "max") if v > 0]
             if values:
@@ -417,6 +435,7 @@ def estimate(source: Source) -> Estimate:
     cached = _increase(_one(source, f"{P}cached_tokens_total"))
     hit = cached / prompt_tokens if prompt_tokens > 0 else None
     args, origin = _args(source)
+    spec = _spec_segments(source) if args.get("speculative_algorithm") else []
     capacity = args.get("max_total_num_tokens")
     evictable = _one(source, f"{P}kv_evictable_tokens", "max")
     warm = min(evictable[0][1] / capacity, 1.0) if evictable and capacity else 0.0
@@ -432,7 +451,24 @@ def estimate(source: Source) -> Estimate:
         arrivals=arrivals, arrivals_from=how, finished=round(_increase(requests)),
         prompt=prompt, output=output, uncached=uncached, cache_hit_ratio=hit,
         warm_cache=round(warm, 3), release=info.get("version") or "0.5.23", args=args,
-        args_from=origin, notes=notes)
+        args_from=origin, notes=notes, spec_accept=spec)
+
+
+def _spec_segments(source: Source) -> list[float | None]:
+    """Tokens per verify step in each minute: generated tokens over verify steps, both counted
+    as requests finish (0.5.13+; [] without the verify counter). A minute, not a length
+    segment: a change of the traffic mix moves acceptance at once."""
+    verifies = _one(source, f"{P}spec_verify_calls_total")
+    if not verifies:
+        return []
+    generated = _one(source, f"{P}generation_tokens_total")
+    out: list[float | None] = []
+    for i in range(math.ceil((source.end - source.start) / BIN_SECONDS)):
+        lo = source.start + i * BIN_SECONDS
+        n = _increase(verifies, lo, lo + BIN_SECONDS)
+        tokens = _increase(generated, lo, lo + BIN_SECONDS)
+        out.append(round(max(tokens / n, 1.0), 3) if n > 0 and tokens > 0 else None)
+    return out
 
 
 # -- the replay ------------------------------------------------------------------------------
@@ -453,6 +489,9 @@ def draw_load(est: Estimate, seed: int, context_length: int) -> list[dict]:
             phases.append({"at": round(offset, 3), "burst": 1, "input_tokens": int(prompt),
                            "cached_fraction": round(cached, 4), "output_tokens": int(output),
                            "streaming": 1})
+            accept = est.spec_accept_at(offset)
+            if accept is not None:  # the segment's, at the current steps
+                phases[-1]["spec_accept_length"] = accept
     return phases
 
 
@@ -513,6 +552,9 @@ def replay(est: Estimate, current: dict[str, Any], proposed: dict[str, Any],
     perf = dict(perf or {})
     now = server_args(est, current)
     new = {**now, **proposed}
+    steps = now.get("speculative_num_steps", ServerConfig.speculative_num_steps)
+    if new.get("speculative_num_steps", steps) != steps and "spec_accept_steps" not in new:
+        new["spec_accept_steps"] = steps  # the accept length was measured at the current steps
     context = int(now.get("context_length", ServerConfig.context_length))
     before, after = [], []
     for seed in range(1, seeds + 1):
@@ -572,7 +614,8 @@ def _typed(flag: str, key: str, text: str, default: Any) -> Any:
 def check_args(flag: str, args: dict[str, Any]) -> None:
     """Values the model cannot run with: a UsageError naming the flag."""
     for key in ("max_running_requests", "max_prefill_tokens", "num_continuous_decode_steps",
-                "max_total_num_tokens", "context_length", "dp_size", "decode_log_interval"):
+                "max_total_num_tokens", "context_length", "dp_size", "decode_log_interval",
+                "speculative_num_steps"):
         if key in args and args[key] < 1:
             raise UsageError(f"{flag} {key}={args[key]}: must be at least 1")
     if "chunked_prefill_size" in args and args["chunked_prefill_size"] == 0:
@@ -738,6 +781,29 @@ def calibration() -> tuple[Estimate, Replay, compare.Summary, compare.Summary]:
             compare.summarize("long-context-incident-tuned"))
 
 
+# Speculative steps: the collapse scenario estimated from its rendered series, replayed with
+# one draft step instead of three, against the scenario simulated directly with one step.
+SPEC_SCENARIO = "spec-decoding-collapse"
+SPEC_CHANGE = {"speculative_num_steps": 1}
+SPEC_FIGURES = ("decode_speed_median", "decode_speed_p10", "itl_mean_seconds", "itl_p95_seconds",
+                "e2e_mean_seconds", "ttft_mean_seconds")
+
+
+def spec_calibration() -> tuple[Estimate, Replay, compare.Summary, compare.Summary]:
+    """What-if on the speculative collapse's rendered series with SPEC_CHANGE, and the scenario
+    simulated directly with and without it (its accept lengths given at its own steps)."""
+    from sglang_obs.simulator.render import render
+
+    sc = scenarios.load(SPEC_SCENARIO)
+    est = estimate(RenderedSource(render(sc, start=CALIBRATION_START),
+                                  where=f"the rendered {SPEC_SCENARIO}"))
+    perf = {k: v for k, v in dataclasses.asdict(sc.perf).items() if v != getattr(PerfModel, k)}
+    rep = replay(est, {}, SPEC_CHANGE, perf)
+    changed = dataclasses.replace(sc, server=dataclasses.replace(
+        sc.server, spec_accept_steps=sc.server.speculative_num_steps, **SPEC_CHANGE))
+    return est, rep, compare.summarize(sc), compare.summarize(changed)
+
+
 def direction(simulated: float, predicted: list[float], unit: str) -> str:
     tiny = {"s": 0.05, "ms": 0.0005, "%": 0.005, "tok/s": 0.1}.get(unit, 0.5)
     median = statistics.median(predicted)
@@ -749,13 +815,24 @@ def direction(simulated: float, predicted: list[float], unit: str) -> str:
 
 
 def calibration_table() -> str:
-    est, rep, before, after = calibration()
+    return _calibration_rows(*calibration(), [attr for attr, *_ in FIGURES],
+                             ("incident", "tuned"))
+
+
+def spec_calibration_table() -> str:
+    return _calibration_rows(*spec_calibration(), list(SPEC_FIGURES),
+                             ("3 steps", "1 step"))
+
+
+def _calibration_rows(est: Estimate, rep: Replay, before: compare.Summary,
+                      after: compare.Summary, attrs: list[str], names: tuple[str, str]) -> str:
+    first, second = names
     lines = [
-        "| figure | incident, simulated | what-if, current | tuned, simulated | what-if, "
+        f"| figure | {first}, simulated | what-if, current | {second}, simulated | what-if, "
         "proposed | change, simulated | change, predicted | error of the change | direction |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for attr, label, unit, _ in FIGURES:
+    for attr, label, unit, _ in (f for f in FIGURES if f[0] in attrs):
         cur, new, delta = rep.values(attr)
         sim_before, sim_after = float(getattr(before, attr)), float(getattr(after, attr))
         change = sim_after - sim_before
@@ -773,10 +850,12 @@ def to_json(doc: dict) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    if argv != ["--calibration"]:
-        sys.stderr.write("usage: python -m sglang_obs.simulator.what_if --calibration\n")
+    tables = {"--calibration": calibration_table, "--spec-calibration": spec_calibration_table}
+    if len(argv) != 1 or argv[0] not in tables:
+        sys.stderr.write("usage: python -m sglang_obs.simulator.what_if "
+                         "--calibration | --spec-calibration\n")
         return 2
-    sys.stdout.write(calibration_table())
+    sys.stdout.write(tables[argv[0]]())
     return 0
 
 

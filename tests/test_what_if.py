@@ -368,3 +368,49 @@ def test_what_if_on_the_incidents_pack_predicts_seed_000s_directions(incident_pa
                         if k != "where"}
     for attr, sign in SEED_000_DIRECTIONS.items():
         assert doc["figures"][attr]["median_delta"] * sign > 0, attr
+
+
+# -- speculative steps -------------------------------------------------------------------------
+def test_the_accept_length_at_other_steps_follows_one_chance_per_draft_token():
+    from sglang_obs.simulator.model import accept_length_at
+    assert accept_length_at(2.5, 3, 3) == pytest.approx(2.5)
+    # a = 0.5: 1 + 0.5 + 0.25 + 0.125 = 1.875 at 3 steps; 1.5 at 1 step; 1.9375 at 4
+    assert accept_length_at(1.875, 3, 1) == pytest.approx(1.5)
+    assert accept_length_at(1.875, 3, 4) == pytest.approx(1.9375)
+    assert accept_length_at(1.0, 3, 1) == pytest.approx(1.0)  # every draft rejected
+    assert accept_length_at(4.0, 3, 5) == pytest.approx(6.0)  # every draft accepted
+    assert accept_length_at(9.0, 3, 1) == pytest.approx(2.0)  # more than a step yields: capped
+
+
+@pytest.fixture(scope="module")
+def spec_calibration():
+    return what_if.spec_calibration()
+
+
+def test_the_accept_length_is_read_per_minute_from_the_counters(spec_calibration):
+    est = spec_calibration[0]
+    assert est.args["speculative_num_steps"] == 3
+    assert "spec_verify_calls_total" in est.args_from["spec_accept_length"]
+    # the scenario: about 3 tokens a step until 300 s, 1.0-1.25 from 300 s to 1080 s
+    early, collapsed = est.spec_accept[1:4], est.spec_accept[7:17]
+    assert all(2.6 <= v <= 3.4 for v in early), early
+    assert all(1.0 <= v <= 1.3 for v in collapsed), collapsed
+
+
+@pytest.mark.parametrize("attr", [a for a in what_if.SPEC_FIGURES if a != "ttft_mean_seconds"])
+def test_what_if_predicts_the_change_of_speculative_steps(spec_calibration, attr):
+    _, rep, before, after = spec_calibration
+    _, _, delta = rep.values(attr)
+    unit = next(u for a, _, u, _ in what_if.FIGURES if a == attr)
+    change = float(getattr(after, attr)) - float(getattr(before, attr))
+    assert what_if.direction(change, delta, unit).startswith("agrees"), (change, delta)
+
+
+def test_the_spec_calibration_table_in_docs_simulator_md_is_current(spec_calibration,
+                                                                    monkeypatch):
+    monkeypatch.setattr(what_if, "spec_calibration", lambda: spec_calibration)
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    block = text.split("<!-- generated:what-if-spec-calibration -->\n")[1].split(
+        "<!-- end:what-if-spec-calibration -->")[0]
+    assert block == what_if.spec_calibration_table(), \
+        "stale: python -m sglang_obs.generate simulator-docs"

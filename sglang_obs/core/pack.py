@@ -40,7 +40,7 @@ LOAD_SERIES: tuple[tuple[str, str, str | None], ...] = (
       for part in ("bucket", "count", "sum")),
     *((f"{P}{counter}", "sum", None) for counter in (
         "num_requests_total", "prompt_tokens_total", "generation_tokens_total",
-        "cached_tokens_total")),
+        "cached_tokens_total", "spec_verify_calls_total")),
     # server arguments (what_if.ARG_SERIES, every candidate) and the radix cache at the start
     *((name, "max", None) for name in (
         "sglang_obs_max_running_requests", "sglang_obs_log_max_running_requests",
@@ -49,7 +49,8 @@ LOAD_SERIES: tuple[tuple[str, str, str | None], ...] = (
         "sglang_obs_config_max_prefill_tokens", "sglang_obs_config_context_length_tokens",
         f"{P}context_len", "sglang_obs_config_tp_size", "sglang_obs_config_dp_size",
         "sglang_obs_config_num_continuous_decode_steps", f"{P}spec_accept_length",
-        "sglang_obs_log_spec_accept_length", f"{P}kv_evictable_tokens")),
+        "sglang_obs_log_spec_accept_length", f"{P}kv_evictable_tokens",
+        f"{P}spec_num_steps")),
 )
 LOAD_INFO = ("sglang_obs_server_config_info",)
 
