@@ -108,6 +108,7 @@ BLOCKS = {
                                             "long-context-incident-tuned"]),
     "what-if-calibration": what_if.calibration_table,
     "what-if-spec-calibration": what_if.spec_calibration_table,
+    "what-if-hicache-calibration": what_if.hicache_calibration_table,
 }
 
 

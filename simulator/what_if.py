@@ -67,7 +67,8 @@ DEFAULT_SEEDS = 5
 SCHEDULER_ARGS = ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens",
                   "schedule_policy", "num_continuous_decode_steps", "max_total_num_tokens",
                   "context_length", "dp_size", "speculative_algorithm", "spec_accept_length",
-                  "speculative_num_steps", "decode_log_interval")
+                  "speculative_num_steps", "decode_log_interval", "enable_hierarchical_cache",
+                  "hicache_ratio", "hicache_write_policy")
 POLICIES = ("fcfs", "lpm")
 # Seed 000's change: the proposal its authors deployed and asked to verify.
 SEED_000 = {"max_running_requests": 10, "chunked_prefill_size": 8192, "schedule_policy": "lpm",
@@ -265,10 +266,17 @@ class Estimate:
     # Speculative decoding: tokens per verify step per minute of the window (None where the
     # minute finished no request), from the counters; each drawn request gets its minute's.
     spec_accept: list[float | None] = field(default_factory=list)
+    # HiCache: the reusable prefix tokens per minute (the working set), read from the split of
+    # the hits between the device cache and the host tier; a lower bound (see _working_sets).
+    working_set: list[float | None] = field(default_factory=list)
 
     def spec_accept_at(self, offset: float) -> float | None:
         i = int(offset // BIN_SECONDS)
         return self.spec_accept[i] if 0 <= i < len(self.spec_accept) else None
+
+    def working_set_at(self, offset: float) -> float | None:
+        i = int(offset // BIN_SECONDS)
+        return self.working_set[i] if 0 <= i < len(self.working_set) else None
 
     @property
     def duration(self) -> float:
@@ -436,6 +444,7 @@ def estimate(source: Source) -> Estimate:
     hit = cached / prompt_tokens if prompt_tokens > 0 else None
     args, origin = _args(source)
     spec = _spec_segments(source) if args.get("speculative_algorithm") else []
+    working = _working_sets(source, args, origin)
     capacity = args.get("max_total_num_tokens")
     evictable = _one(source, f"{P}kv_evictable_tokens", "max")
     warm = min(evictable[0][1] / capacity, 1.0) if evictable and capacity else 0.0
@@ -451,7 +460,42 @@ def estimate(source: Source) -> Estimate:
         arrivals=arrivals, arrivals_from=how, finished=round(_increase(requests)),
         prompt=prompt, output=output, uncached=uncached, cache_hit_ratio=hit,
         warm_cache=round(warm, 3), release=info.get("version") or "0.5.23", args=args,
-        args_from=origin, notes=notes, spec_accept=spec)
+        args_from=origin, notes=notes + (
+            ["HiCache: the working set is read from how the hits split between the device and "
+             "the host tier, a lower bound where the host tier is full: what a larger host "
+             "pool would add there is not in the series"] if working else []),
+        spec_accept=spec, working_set=working)
+
+
+def _working_sets(source: Source, args: dict[str, Any], origin: dict[str, str]
+                  ) -> list[float | None]:
+    """HiCache (host pool series present): its arguments into `args`, and the working set of
+    each minute. The model finds a prefix on the device with the chance D / W (D: the device
+    cache's reusable tokens, W: the working set) and the rest in the host tier with the chance
+    H / (W - D) (H: its host-only tokens), so host hits over device hits read (W - D) / D while
+    the host tier holds the rest, and H / D once it is full: W = D x (1 + host / device) is the
+    working set, or the device and host tiers' size when the host tier is full (a lower bound),
+    or the device cache's size when every hit is on the device (the working set fits there).
+    The write policy is not in the series: SGLang's default, write-through, unless given."""
+    total = _one(source, f"{P}hicache_host_total_tokens", "max")
+    capacity = args.get("max_total_num_tokens")
+    if not total or not capacity:
+        return []
+    args["enable_hierarchical_cache"] = True
+    origin["enable_hierarchical_cache"] = f"{P}hicache_host_total_tokens (present)"
+    args["hicache_ratio"] = round(total[-1][1] / capacity, 3)
+    origin["hicache_ratio"] = f"{P}hicache_host_total_tokens over max_total_num_tokens"
+    hits = source.series(f"{P}cached_tokens_total", "sum", by="cache_source")
+    device, host = hits.get("device", []), hits.get("host", [])
+    evictable = _one(source, f"{P}kv_evictable_tokens", "max")
+    out: list[float | None] = []
+    for i in range(math.ceil((source.end - source.start) / BIN_SECONDS)):
+        lo = source.start + i * BIN_SECONDS
+        d, h = _increase(device, lo, lo + BIN_SECONDS), _increase(host, lo, lo + BIN_SECONDS)
+        cache = [v for t, v in evictable if lo < t <= lo + BIN_SECONDS]
+        mean = statistics.fmean(cache) if cache else 0.0
+        out.append(round(mean * (1 + h / d)) if d > 0 and mean > 0 else None)
+    return out
 
 
 def _spec_segments(source: Source) -> list[float | None]:
@@ -490,8 +534,11 @@ def draw_load(est: Estimate, seed: int, context_length: int) -> list[dict]:
                            "cached_fraction": round(cached, 4), "output_tokens": int(output),
                            "streaming": 1})
             accept = est.spec_accept_at(offset)
-            if accept is not None:  # the segment's, at the current steps
+            if accept is not None:  # the minute's, at the current steps
                 phases[-1]["spec_accept_length"] = accept
+            working = est.working_set_at(offset)
+            if working is not None:  # HiCache: the minute's working set
+                phases[-1]["working_set_tokens"] = working
     return phases
 
 
@@ -524,6 +571,8 @@ FIGURES = (
     ("e2e_mean_seconds", q("e2e_request_latency_mean_window").label, "s", -1),
     ("requests", "requests finished", "requests", 0),
 )
+# Figures the feature calibrations read besides: the prefix cache's share of prompt tokens.
+CACHE_FIGURE = ("cache_hit_ratio", q("cache_hit_ratio_window").label, "%", 1)
 
 
 @dataclass
@@ -620,6 +669,11 @@ def check_args(flag: str, args: dict[str, Any]) -> None:
             raise UsageError(f"{flag} {key}={args[key]}: must be at least 1")
     if "chunked_prefill_size" in args and args["chunked_prefill_size"] == 0:
         raise UsageError(f"{flag} chunked_prefill_size=0: a positive size, or -1 for off")
+    if "hicache_ratio" in args and not args["hicache_ratio"] > 0:
+        raise UsageError(f"{flag} hicache_ratio={args['hicache_ratio']}: must be positive")
+    if args.get("hicache_write_policy", "write_through") not in ("write_through", "write_back"):
+        raise UsageError(f"{flag} hicache_write_policy={args['hicache_write_policy']!r}: the "
+                         "model knows write_through and write_back")
     if "spec_accept_length" in args and args["spec_accept_length"] < 1:
         raise UsageError(f"{flag} spec_accept_length={args['spec_accept_length']}: at least 1")
 
@@ -804,6 +858,26 @@ def spec_calibration() -> tuple[Estimate, Replay, compare.Summary, compare.Summa
     return est, rep, compare.summarize(sc), compare.summarize(changed)
 
 
+# Host pool size: the HiCache scenario estimated from its rendered series, replayed with a
+# host pool twice the size, against the scenario simulated directly with it.
+HICACHE_SCENARIO = "hicache-host-drops"
+HICACHE_CHANGE = {"hicache_ratio": 5.0}
+HICACHE_FIGURES = ("cache_hit_ratio", "ttft_p50_seconds", "ttft_p95_seconds",
+                   "ttft_mean_seconds", "pending_peak_tokens", "e2e_mean_seconds")
+
+
+def hicache_calibration() -> tuple[Estimate, Replay, compare.Summary, compare.Summary]:
+    from sglang_obs.simulator.render import render
+
+    sc = scenarios.load(HICACHE_SCENARIO)
+    est = estimate(RenderedSource(render(sc, start=CALIBRATION_START),
+                                  where=f"the rendered {HICACHE_SCENARIO}"))
+    perf = {k: v for k, v in dataclasses.asdict(sc.perf).items() if v != getattr(PerfModel, k)}
+    rep = replay(est, {}, HICACHE_CHANGE, perf)
+    changed = dataclasses.replace(sc, server=dataclasses.replace(sc.server, **HICACHE_CHANGE))
+    return est, rep, compare.summarize(sc), compare.summarize(changed)
+
+
 def direction(simulated: float, predicted: list[float], unit: str) -> str:
     tiny = {"s": 0.05, "ms": 0.0005, "%": 0.005, "tok/s": 0.1}.get(unit, 0.5)
     median = statistics.median(predicted)
@@ -819,6 +893,11 @@ def calibration_table() -> str:
                              ("incident", "tuned"))
 
 
+def hicache_calibration_table() -> str:
+    return _calibration_rows(*hicache_calibration(), list(HICACHE_FIGURES),
+                             ("host pool 2.5x", "host pool 5x"))
+
+
 def spec_calibration_table() -> str:
     return _calibration_rows(*spec_calibration(), list(SPEC_FIGURES),
                              ("3 steps", "1 step"))
@@ -832,7 +911,7 @@ def _calibration_rows(est: Estimate, rep: Replay, before: compare.Summary,
         "proposed | change, simulated | change, predicted | error of the change | direction |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for attr, label, unit, _ in (f for f in FIGURES if f[0] in attrs):
+    for attr, label, unit, _ in (f for f in (*FIGURES, CACHE_FIGURE) if f[0] in attrs):
         cur, new, delta = rep.values(attr)
         sim_before, sim_after = float(getattr(before, attr)), float(getattr(after, attr))
         change = sim_after - sim_before
@@ -850,10 +929,11 @@ def to_json(doc: dict) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    tables = {"--calibration": calibration_table, "--spec-calibration": spec_calibration_table}
+    tables = {"--calibration": calibration_table, "--spec-calibration": spec_calibration_table,
+              "--hicache-calibration": hicache_calibration_table}
     if len(argv) != 1 or argv[0] not in tables:
         sys.stderr.write("usage: python -m sglang_obs.simulator.what_if "
-                         "--calibration | --spec-calibration\n")
+                         "--calibration | --spec-calibration | --hicache-calibration\n")
         return 2
     sys.stdout.write(tables[argv[0]]())
     return 0

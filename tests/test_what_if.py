@@ -4,6 +4,7 @@ shipped incident and tuned scenarios, and the real path (backfilled Prometheus -
 import dataclasses
 import json
 import random
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -413,4 +414,45 @@ def test_the_spec_calibration_table_in_docs_simulator_md_is_current(spec_calibra
     block = text.split("<!-- generated:what-if-spec-calibration -->\n")[1].split(
         "<!-- end:what-if-spec-calibration -->")[0]
     assert block == what_if.spec_calibration_table(), \
+        "stale: python -m sglang_obs.generate simulator-docs"
+
+
+# -- HiCache host pool ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hicache_calibration():
+    return what_if.hicache_calibration()
+
+
+def test_the_working_set_is_read_from_the_split_of_the_hits(hicache_calibration):
+    est = hicache_calibration[0]
+    sc = scenarios.load(what_if.HICACHE_SCENARIO)
+    assert est.args["enable_hierarchical_cache"] is True
+    assert est.args["hicache_ratio"] == pytest.approx(sc.server.hicache_ratio)
+    # 0-240 s: a working set of 100,000 tokens that fits the device cache: the hits are all on
+    # the device, and the estimate is the device cache's size (the working set fits there)
+    device = sc.server.max_total_num_tokens
+    assert all(75_000 <= w <= device for w in est.working_set[0:4]), est.working_set[0:4]
+    # from 480 s the working set (500,000 -> 1,000,000) outgrows both tiers: the estimate stops
+    # at their size (a lower bound), never above it
+    tiers = sc.server.max_total_num_tokens * (1 + sc.server.hicache_ratio)
+    later = [w for w in est.working_set[9:18] if w is not None]
+    assert later and all(w <= tiers for w in later), later
+    assert any("lower bound" in note for note in est.notes)
+
+
+def test_what_if_predicts_the_way_a_larger_host_pool_moves_the_hits(hicache_calibration):
+    _, rep, before, after = hicache_calibration
+    _, _, delta = rep.values("cache_hit_ratio")
+    change = after.cache_hit_ratio - before.cache_hit_ratio
+    assert change > 0 and statistics.median(delta) > 0
+    assert statistics.median(delta) < change  # a lower bound, as the docs say
+
+
+def test_the_hicache_calibration_table_in_docs_simulator_md_is_current(hicache_calibration,
+                                                                       monkeypatch):
+    monkeypatch.setattr(what_if, "hicache_calibration", lambda: hicache_calibration)
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    block = text.split("<!-- generated:what-if-hicache-calibration -->\n")[1].split(
+        "<!-- end:what-if-hicache-calibration -->")[0]
+    assert block == what_if.hicache_calibration_table(), \
         "stale: python -m sglang_obs.generate simulator-docs"

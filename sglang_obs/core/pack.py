@@ -50,7 +50,9 @@ LOAD_SERIES: tuple[tuple[str, str, str | None], ...] = (
         f"{P}context_len", "sglang_obs_config_tp_size", "sglang_obs_config_dp_size",
         "sglang_obs_config_num_continuous_decode_steps", f"{P}spec_accept_length",
         "sglang_obs_log_spec_accept_length", f"{P}kv_evictable_tokens",
-        f"{P}spec_num_steps")),
+        f"{P}spec_num_steps", f"{P}hicache_host_total_tokens")),
+    # HiCache: the hits' split between the device cache and the host tier (the working set)
+    (f"{P}cached_tokens_total", "sum", "cache_source"),
 )
 LOAD_INFO = ("sglang_obs_server_config_info",)
 

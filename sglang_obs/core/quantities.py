@@ -73,6 +73,9 @@ def _window_quantities() -> dict[str, Quantity]:
     for subject, short, stat in stats:
         key = f"{short}_{stat}_window"
         out[key] = Quantity(key, subject, stat, "over the window")
+    # cached over prompt tokens of the requests finished in the window
+    out["cache_hit_ratio_window"] = Quantity("cache_hit_ratio_window", "Prefix cache hit ratio",
+                                             "", "over the window")
     return out
 
 
