@@ -625,6 +625,8 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
             "queue_nonempty_seconds": s.queue_seconds,
             # why a queue waits with the KV pool free: the LoRA adapter pool, and the queue
             # and batch per priority (--enable-priority-scheduling); None / {} without them
+            # structured requests waiting for their grammar (not in the waiting queue)
+            "grammar_waiting": nv.get("num_grammar_queue_reqs"),
             "lora_slots_used": nv.get("lora_pool_slots_used"),
             "lora_slots_total": nv.get("lora_pool_slots_total"),
             "waiting_by_priority": dict(
@@ -725,8 +727,11 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
     if state == "idle":
         return "Nothing running, nothing waiting."
     limit = f" of {count(p['max_running'])}" if p["max_running"] is not None else ""
+    grammar = p["grammar_waiting"]
+    beside = (f" {count(grammar)} structured-output requests wait for their grammar to compile, "
+              "outside the waiting queue." if grammar else "")
     return (f"{count(s.running)} running{limit}, {count(s.waiting)} waiting; no backlog, "
-            "contention or capacity limit.")
+            "contention or capacity limit." + beside)
 
 
 def _priority_text(value: str) -> str:
