@@ -127,18 +127,21 @@ def queue_cause_records(s: str, t: dict) -> list[tuple[str, str, str]]:
          "1 when every slot held an adapter throughout, so a request needing another adapter "
          "holds the queue behind it (SGLang stops admission at it)."),
         (PRIORITY_QUEUE, f"sum by ({by}) (max by ({by}, dp_rank) ("
-                         f'avg_over_time(sglang:num_queue_reqs{{{s}, priority!=""}}[2m])))',
+                         f'avg_over_time(sglang:num_queue_reqs{{{s}, priority!~"|None"}}'
+                         "[2m])))",
          "With --enable-priority-scheduling: each priority's mean waiting requests over 2 "
-         "minutes, all DP ranks."),
+         "minutes, all DP ranks (requests without a priority, \"None\" here but \"\" in the "
+         "request counters, are left out)."),
         (PRIORITY_DONE, f'sum by ({by}) (rate(sglang:num_requests_total{{{s}, priority!=""}}'
                         f"[2m]))",
          "Each priority's finished requests per second over 2 minutes."),
         (PRIORITY_WAIT, f"""
-{PRIORITY_QUEUE}
-  / on (cluster, instance, priority) group_left ()
-    clamp_min({PRIORITY_DONE}, 1 / 120)""",
+  {PRIORITY_QUEUE} / on (cluster, instance, priority) clamp_min({PRIORITY_DONE}, 1 / 120)
+or
+  {PRIORITY_QUEUE} * 120""",
          "Each priority's mean wait in the queue by Little's law (its queue over its finished "
-         "requests per second, at least one per 2 minutes): how long its requests wait."),
+         "requests per second, at least one per 2 minutes; a priority none of whose requests "
+         "has finished yet counts one): how long its requests wait."),
         (PRIORITY_STARVED, f"""
 {PRIORITY_WAIT} > {floor}
 and on (cluster, instance, priority)
