@@ -85,6 +85,13 @@ SUMMED = frozenset(
         "time_to_first_token_seconds_count",
         "e2e_request_latency_seconds_sum",
         "e2e_request_latency_seconds_count",
+        # the glance page's last-minute feature ratios (exporter/status.py FEATURE_COUNTERS):
+        # the verify steps beside generation_tokens_total, and the radix cache's evicted and
+        # dropped tokens, whose rank series each carry the same logical count (0.5.21+), so
+        # their sums keep the ratio
+        "spec_verify_calls_total",
+        "hicache_dropped_tokens_total",
+        "evicted_tokens_total",
     }
 )
 

@@ -115,10 +115,18 @@ class Classification:
     scheduling_kv_ratio_below: float
     kv_retraction_window: float  # seconds; the file gives a duration ("1m")
     min_prealloc_queue_requests: float  # from the file's pd: section
+    # from its features: section: when a feature is the reason a healthy server is slow
+    spec_collapse_accept_length: float
+    spec_min_verify_rps: float
+    hicache_drop_ratio: float
+    hicache_min_evicted_tps: float
 
 
-# Classification's fields that the thresholds file keeps in its pd: section.
-PD_FIELDS = ("min_prealloc_queue_requests",)
+# Classification's fields that the thresholds file keeps in other sections than
+# classification:, by section.
+OTHER_FIELDS = {"min_prealloc_queue_requests": "pd", "spec_collapse_accept_length": "features",
+                "spec_min_verify_rps": "features", "hicache_drop_ratio": "features",
+                "hicache_min_evicted_tps": "features"}
 
 
 class ThresholdsError(ValueError):
@@ -140,12 +148,14 @@ def load_classification(path: str | Path | None = None) -> Classification:
     section = doc.get("classification") if isinstance(doc, dict) else None
     if not isinstance(section, dict):
         raise ThresholdsError(f"{path}: no classification: section")
-    pd = doc.get("pd")
-    if not isinstance(pd, dict):
-        raise ThresholdsError(f"{path}: no pd: section")
-    names = [f.name for f in fields(Classification) if f.name not in PD_FIELDS]
+    others = {}
+    for name in sorted(set(OTHER_FIELDS.values())):
+        others[name] = doc.get(name)
+        if not isinstance(others[name], dict):
+            raise ThresholdsError(f"{path}: no {name}: section")
+    names = [f.name for f in fields(Classification) if f.name not in OTHER_FIELDS]
     missing = [f"classification.{n}" for n in names if n not in section]
-    missing += [f"pd.{n}" for n in PD_FIELDS if n not in pd]
+    missing += [f"{sec}.{n}" for n, sec in OTHER_FIELDS.items() if n not in others[sec]]
     if missing:
         raise ThresholdsError(f"{path}: lacks {', '.join(missing)}")
     unknown = sorted(str(k) for k in section if k not in names)
@@ -153,13 +163,13 @@ def load_classification(path: str | Path | None = None) -> Classification:
         log.warning("%s: classification: %s unknown to this exporter; the glance page's "
                     "verdict may differ from the rules'", path, ", ".join(unknown))
     values = {}
-    for name in names + list(PD_FIELDS):
-        value = pd[name] if name in PD_FIELDS else section[name]
+    for name in names + list(OTHER_FIELDS):
+        section_name = OTHER_FIELDS.get(name, "classification")
+        value = others[section_name][name] if name in OTHER_FIELDS else section[name]
         if name == "kv_retraction_window":
             value = _duration_seconds(value)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
                 value):
-            section_name = "pd" if name in PD_FIELDS else "classification"
             raise ThresholdsError(f"{path}: {section_name}.{name} is not a number")
         values[name] = float(value)
     return Classification(**values)
@@ -339,7 +349,8 @@ class ServerTracker:
         self._baseline = Ring({"speed": "first", "running": "first", "t": "first"},
                               int(BASELINE_WINDOW / baseline_step) + 1, baseline_step)
         self._trend = Ring(_TREND_FIELDS, int(TREND_WINDOW / TREND_SLOT), TREND_SLOT)
-        self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last"},
+        self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last",
+                             **dict.fromkeys(FEATURE_COUNTERS, "last")},
                             int(math.ceil(MINUTE / max(poll_interval, 0.05))) + 3, 0.0)
         self._last: tuple[float, float, Snapshot] | None = None  # (t, wall time, snapshot)
         self._prev_t: float | None = None
@@ -373,7 +384,8 @@ class ServerTracker:
                         else d.running_requests + d.waiting_requests)
             requests = nv.get("num_requests_total")
             self._minute.offer(t, {"requests": requests, "inflight": inflight,
-                                   "backlog": d.prefill_backlog_tokens})
+                                   "backlog": d.prefill_backlog_tokens,
+                                   **{k: nv.get(name) for k, name in FEATURE_COUNTERS.items()}})
             self._trend.offer(t, {
                 "t": t, "requests": requests, "inflight": inflight,
                 "ttft_sum": nv.get("time_to_first_token_seconds_sum"),
@@ -470,9 +482,25 @@ def counted(native: Mapping[str, float]) -> Mapping[str, float]:
     return {**dict.fromkeys(COUNTED_FROM_FIRST_REQUEST, 0.0), **native}
 
 
+# SGLang counters whose last-minute increases say a feature stopped paying: tokens per verify
+# step (speculative decoding) and the share of evicted device tokens HiCache dropped, as the
+# rules' 1-minute ratios read them (render/feature_rules.py).
+FEATURE_COUNTERS = {"generated": "generation_tokens_total",
+                    "verifies": "spec_verify_calls_total",
+                    "dropped": "hicache_dropped_tokens_total", "evicted": "evicted_tokens_total"}
+
+
+def _increase(now: float | None, then: float | None) -> float | None:
+    """A counter's increase; None where either end is missing or the counter began again."""
+    if now is None or then is None or now < then:
+        return None
+    return now - then
+
+
 def _minute_window(minute, t: float) -> dict[str, Any]:
     """Requests finished and received over the last minute (or since the first poll, when the
-    exporter is younger), and the prefill backlog a minute ago."""
+    exporter is younger), the prefill backlog a minute ago, and the feature counters'
+    increases."""
     times, cols = minute
     if not times:
         return {}
@@ -489,6 +517,8 @@ def _minute_window(minute, t: float) -> dict[str, Any]:
         out["finished"] = finished
         if now["inflight"] is not None and then["inflight"] is not None:
             out["received"] = max(finished + now["inflight"] - then["inflight"], 0.0)
+    for field in FEATURE_COUNTERS:
+        out[field] = _increase(now[field], then[field])
     return out
 
 
@@ -666,6 +696,7 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
             "collapse": collapse,
             "drop": drop,
         },
+        "features": feature_minute(minute),
         "retracted_recently": s.retracted_recently,
         "trends": trends(extra["trend"], extra["t"]),
         "gpus": gpus,
@@ -731,7 +762,39 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
     beside = (f" {count(grammar)} structured-output requests wait for their grammar to compile, "
               "outside the waiting queue." if grammar else "")
     return (f"{count(s.running)} running{limit}, {count(s.waiting)} waiting; no backlog, "
-            "contention or capacity limit." + beside)
+            "contention or capacity limit." + beside + feature_reasons(out["features"], c))
+
+
+def feature_minute(minute: Mapping[str, Any]) -> dict[str, float | None]:
+    """The features' last-minute ratios and their traffic (None without the counters)."""
+    window = minute.get("window_seconds") or None
+    verifies, evicted = minute.get("verifies"), minute.get("evicted")
+    return {
+        "spec_accept_length_last_minute": _div(minute.get("generated"), verifies),
+        "spec_verifies_per_second": _div(verifies, window),
+        "hicache_dropped_ratio_last_minute": _div(minute.get("dropped"), evicted),
+        "evicted_tokens_per_second": _div(evicted, window),
+    }
+
+
+def feature_reasons(f: Mapping[str, float | None], c: Classification) -> str:
+    """A feature that stopped paying on a server otherwise healthy, as the feature alerts
+    judge it over the last minute (their sustain is the rules'): "" when none shows."""
+    out = ""
+    accept = f["spec_accept_length_last_minute"]
+    if _lt(accept, c.spec_collapse_accept_length) and _ge(f["spec_verifies_per_second"],
+                                                          c.spec_min_verify_rps):
+        out += (f" Speculative decoding yields {shown.number(accept, '.2f', 'rate')} tokens per "
+                "verify step over the last minute, under "
+                f"{shown.number(c.spec_collapse_accept_length, 'g', 'rate')}: the draft model's "
+                "guesses are rejected, and each step still pays for them.")
+    dropped = f["hicache_dropped_ratio_last_minute"]
+    if (dropped is not None and dropped > c.hicache_drop_ratio
+            and _ge(f["evicted_tokens_per_second"], c.hicache_min_evicted_tps)):
+        out += (f" HiCache dropped {percent(min(dropped, 1.0))} of the tokens the device cache "
+                "evicted over the last minute (no host copy yet): those prefixes are computed "
+                "again.")
+    return out
 
 
 def _priority_text(value: str) -> str:

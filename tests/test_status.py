@@ -23,7 +23,7 @@ from sglang_obs.exporter.poller import PollSettings, Snapshot, TargetPoller
 from sglang_obs.exporter.queue_run import QueueRunState
 from sglang_obs.exporter.sglang_api import PD_QUEUES, PdLoad, ServerConfig
 from sglang_obs.exporter.status import (
-    PD_FIELDS,
+    OTHER_FIELDS,
     PRIORITY,
     Classification,
     Signals,
@@ -64,7 +64,8 @@ def snapshot(server="s:1", up=True, polls=1, **derived) -> Snapshot:
 # -- one classification --------------------------------------------------------------------------
 def test_classification_reads_every_threshold_of_the_shipped_file_and_nothing_else():
     doc = yaml.safe_load(default_thresholds_file().read_text())
-    shipped = {**doc["classification"], **{k: doc["pd"][k] for k in PD_FIELDS}}
+    shipped = {**doc["classification"], **{k: doc[section][k]
+                                           for k, section in OTHER_FIELDS.items()}}
     assert {f.name for f in fields(Classification)} == set(shipped)
     assert {f.name: getattr(C, f.name) for f in fields(Classification)} == {
         k: detection.seconds(v) if k == "kv_retraction_window" else float(v)
@@ -429,14 +430,9 @@ def test_a_failing_status_answers_500_for_the_page_only(glance):
     assert get(port, "/metrics")[0].status == 200
 
 
-@pytest.mark.parametrize(("name", "at", "cause"), [
-    ("lora-churn", 600, "Every LoRA adapter slot is in use (4 of 4)"),
-    ("priority-starvation", 800, "Priority scheduling: priority 0 holds"),
-    ("scheduling-bottleneck", 600, None),
-    ("grammar-compile-backlog", 700, "structured-output requests wait for their grammar"),
-])
-def test_the_glance_page_names_the_feature_that_holds_the_queue(name, at, cause):
-    # Prepare: the scenario's server polled in-process every 5 s up to `at`
+def polled_status(name: str, at: int) -> dict:
+    """The glance page's status of scenario `name`'s server, polled in-process every 5 s up to
+    `at` simulated seconds."""
     sim = Simulation(scenarios.load(name), "0.5.23")
     app = sim_app(sim, threading.Lock())
     board = StatusBoard(C, poll_interval=5.0)
@@ -444,12 +440,21 @@ def test_the_glance_page_names_the_feature_that_holds_the_queue(name, at, cause)
     poller = TargetPoller("http://sglang:30000", PollSettings(interval=5.0),
                           clock=lambda: sim.t, fetcher=in_process_fetcher(app, None, lambda: True),
                           on_poll=tracker.observe)
-    # Act
     for t in range(0, at + 1, 5):
         sim.advance(float(t))
         poller.poll_once()
-    status = json.loads(GlancePages(board, "/metrics", ["http://sglang:30000"])
-                        .answer("/api/v1/status")[2].decode())["servers"][0]
+    return json.loads(GlancePages(board, "/metrics", ["http://sglang:30000"])
+                      .answer("/api/v1/status")[2].decode())["servers"][0]
+
+
+@pytest.mark.parametrize(("name", "at", "cause"), [
+    ("lora-churn", 600, "Every LoRA adapter slot is in use (4 of 4)"),
+    ("priority-starvation", 800, "Priority scheduling: priority 0 holds"),
+    ("scheduling-bottleneck", 600, None),
+    ("grammar-compile-backlog", 700, "structured-output requests wait for their grammar"),
+])
+def test_the_glance_page_names_the_feature_that_holds_the_queue(name, at, cause):
+    status = polled_status(name, at)
     # Check: the state, and the cause in its sentence (none where no feature holds the queue)
     assert status["state"] == ("healthy" if name == "grammar-compile-backlog"
                                else "scheduling_bottleneck")
@@ -457,3 +462,19 @@ def test_the_glance_page_names_the_feature_that_holds_the_queue(name, at, cause)
         assert "LoRA" not in status["reason"] and "Priority" not in status["reason"]
     else:
         assert cause in status["reason"], status["reason"]
+
+
+@pytest.mark.parametrize(("name", "at", "said"), [
+    ("spec-decoding-collapse", 800, "Speculative decoding yields"),
+    ("hicache-host-drops", 900, "HiCache dropped"),
+    ("healthy", 600, None),
+])
+def test_the_glance_page_names_the_feature_that_stopped_paying(name, at, said):
+    status = polled_status(name, at)
+    # Check: a healthy verdict whose sentence names the feature (none on the healthy scenario)
+    assert status["state"] == "healthy"
+    if said is None:
+        assert "Speculative" not in status["reason"] and "HiCache" not in status["reason"]
+        assert status["features"]["hicache_dropped_ratio_last_minute"] is None
+    else:
+        assert said in status["reason"], (status["reason"], status["features"])
