@@ -820,8 +820,9 @@ def queue_cause(p: Mapping[str, Any]) -> str:
     others_running = sum(v for k, v in running.items() if k != most)
     if waiting[most] < 2 * max(others_waiting, 1) or not others_running:
         return ""
-    return (f" Priority scheduling: priority {_priority_text(most)} holds {count(waiting[most])} of "
-            f"the {count(sum(waiting.values()))} waiting requests while other priorities run "
+    return (f" Priority scheduling: priority {_priority_text(most)} holds "
+            f"{count(waiting[most])} of the {count(sum(waiting.values()))} waiting requests "
+            "while other priorities run "
             f"{count(others_running)} of the batch: it is served last.")
 
 

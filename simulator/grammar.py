@@ -40,10 +40,9 @@ class GrammarQueue:
         cached = self.cache.get(key)
         if cached is not None:
             return "invalid" if cached == INVALID else "ready"
-        if len(self.free_at) < self.workers:
-            start = now
-        else:
-            start = max(now, heapq.heappop(self.free_at))
+        # a free thread now, else the one that frees first
+        start = (now if len(self.free_at) < self.workers
+                 else max(now, heapq.heappop(self.free_at)))
         heapq.heappush(self.free_at, start + compile_s)
         if not self.queue:
             self.head_since = now

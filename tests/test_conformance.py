@@ -181,7 +181,8 @@ def test_the_queue_total_and_each_prioritys_queue_are_read_apart():
     """--enable-priority-scheduling: the scheduler writes each queue's total under priority=""
     beside one series per priority; the total is the queue, the others are kept apart."""
     native = parse_exposition((GOLDENS / "0.5.23" / "priority" / "metrics.prom").read_text())
-    assert native.values["num_queue_reqs"] == 3 and native.values["num_running_reqs"] == 16
+    assert native.values["num_queue_reqs"] == 3
+    assert native.values["num_running_reqs"] == 16
     assert native.by_priority["num_queue_reqs"] == {"0": 2.0, "1": 1.0}
     assert native.by_priority["num_running_reqs"] == {"0": 12.0, "1": 4.0}
     default = parse_exposition((GOLDENS / "0.5.23" / "default" / "metrics.prom").read_text())

@@ -202,7 +202,8 @@ def test_the_grammar_queue_moves_in_order_and_caches_what_it_compiled():
         == ["queued"] * 3
     # b compiled at 1 s, but a (the head) is not ready: nothing moves until 10 s; c waited for
     # a free thread (from 1 s) and is ready at 2 s.
-    assert q.poll(5.0) == ([], []) and len(q) == 3
+    assert q.poll(5.0) == ([], [])
+    assert len(q) == 3
     assert q.poll(10.0) == (["a", "b", "c"], [])
     assert q.submit("d", "x", 10, 11.0) == "ready"  # a cached grammar skips the queue
 
@@ -219,7 +220,8 @@ def test_the_grammar_timeout_counts_only_the_heads_own_wait():
         ready, timed_out = q.poll(t)
         assert not timed_out
         moved += ready
-    assert moved == list(range(40)) and t == 2000.0
+    assert moved == list(range(40))
+    assert t == 2000.0
     # One compilation of 90 s at the head times out after 60 s, and its key is then refused.
     assert q.submit("slow", "huge", 90.0, t) == "queued"
     assert q.poll(t + 60) == ([], ["slow"])
@@ -230,7 +232,8 @@ def test_structured_requests_wait_for_grammars_outside_the_waiting_queue():
     sim = Simulation(scenarios.load("grammar-compile-backlog"))
     sim.advance(700)
     scheduler = sim.server.schedulers[0]
-    assert scheduler.reported.grammar_queue >= 20 and scheduler.reported.queue <= 2
+    assert scheduler.reported.grammar_queue >= 20
+    assert scheduler.reported.queue <= 2
     from prometheus_client import CollectorRegistry, generate_latest
 
     from sglang_obs.simulator.exposition import SimCollector
@@ -239,7 +242,9 @@ def test_structured_requests_wait_for_grammars_outside_the_waiting_queue():
     text = generate_latest(registry).decode()
     queued = [line for line in text.splitlines()
               if line.startswith("sglang:num_grammar_queue_reqs{")]
-    assert queued and float(queued[0].rsplit(" ", 1)[1]) >= 20
+    assert queued
+    assert float(queued[0].rsplit(" ", 1)[1]) >= 20
     finished = [line for line in text.splitlines()
                 if line.startswith("sglang:num_so_requests_total{")]
-    assert finished and float(finished[0].rsplit(" ", 1)[1]) > 100
+    assert finished
+    assert float(finished[0].rsplit(" ", 1)[1]) > 100

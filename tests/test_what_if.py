@@ -436,7 +436,8 @@ def test_the_working_set_is_read_from_the_split_of_the_hits(hicache_calibration)
     # at their size (a lower bound), never above it
     tiers = sc.server.max_total_num_tokens * (1 + sc.server.hicache_ratio)
     later = [w for w in est.working_set[9:18] if w is not None]
-    assert later and all(w <= tiers for w in later), later
+    assert later
+    assert all(w <= tiers for w in later), later
     assert any("lower bound" in note for note in est.notes)
 
 
@@ -444,7 +445,8 @@ def test_what_if_predicts_the_way_a_larger_host_pool_moves_the_hits(hicache_cali
     _, rep, before, after = hicache_calibration
     _, _, delta = rep.values("cache_hit_ratio")
     change = after.cache_hit_ratio - before.cache_hit_ratio
-    assert change > 0 and statistics.median(delta) > 0
+    assert change > 0
+    assert statistics.median(delta) > 0
     assert statistics.median(delta) < change  # a lower bound, as the docs say
 
 

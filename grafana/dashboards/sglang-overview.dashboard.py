@@ -289,8 +289,8 @@ lora = [
 NO_PRIORITY = ("No per-priority series: the server runs without --enable-priority-scheduling")
 priorities = [
     d.timeseries("Priorities: mean wait in the queue",
-                 "Each priority's mean wait by Little's law: its num_queue_reqs series (mean over 2 "
-                 "min) over its finished requests per second (recording rule). A priority served "
+                 "Each priority's mean wait by Little's law: its num_queue_reqs series (mean over "
+                 "2 min) over its finished requests per second (recording rule). A priority served "
                  "last waits far longer than the others while the batch is full. SGLang 0.5.10+ "
                  "with --enable-priority-scheduling: a default-flags server of 0.4.6.post5, 0.5.5, "
                  "0.5.12 or 0.5.23 has no per-priority `num_queue_reqs` or `num_requests_total`.",
