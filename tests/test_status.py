@@ -317,20 +317,9 @@ def test_many_open_pages_cost_one_status_computation_per_cache_period():
 
 
 def test_a_simulated_server_shows_its_numbers_but_no_launch_command_or_prompt():
-    # Prepare: a 0.5.23 server (its /server_info has launch_command), polled in-process
+    # Prepare, act: a 0.5.23 server (its /server_info has launch_command), polled in-process
     sc = scenarios.load("healthy")
-    sim = Simulation(sc, "0.5.23")
-    app = sim_app(sim, threading.Lock())
-    board = StatusBoard(C, poll_interval=5.0)
-    tracker = board.add("sglang:30000")
-    poller = TargetPoller("http://sglang:30000", PollSettings(interval=5.0),
-                          clock=lambda: sim.t, fetcher=in_process_fetcher(app, None, lambda: True),
-                          on_poll=tracker.observe)
-    # Act
-    for t in range(0, 300, 5):
-        sim.advance(float(t))
-        poller.poll_once()
-    pages = GlancePages(board, "/metrics", ["http://sglang:30000"])
+    pages = polled_pages("healthy", 295)
     page = pages.answer("/")[2].decode()
     raw = pages.answer("/api/v1/status")[2].decode()
     # Check
@@ -430,9 +419,9 @@ def test_a_failing_status_answers_500_for_the_page_only(glance):
     assert get(port, "/metrics")[0].status == 200
 
 
-def polled_status(name: str, at: int) -> dict:
-    """The glance page's status of scenario `name`'s server, polled in-process every 5 s up to
-    `at` simulated seconds."""
+def polled_pages(name: str, at: int) -> GlancePages:
+    """The glance pages of scenario `name`'s server as SGLang 0.5.23, polled in-process every
+    5 s up to `at` simulated seconds."""
     sim = Simulation(scenarios.load(name), "0.5.23")
     app = sim_app(sim, threading.Lock())
     board = StatusBoard(C, poll_interval=5.0)
@@ -443,8 +432,12 @@ def polled_status(name: str, at: int) -> dict:
     for t in range(0, at + 1, 5):
         sim.advance(float(t))
         poller.poll_once()
-    return json.loads(GlancePages(board, "/metrics", ["http://sglang:30000"])
-                      .answer("/api/v1/status")[2].decode())["servers"][0]
+    return GlancePages(board, "/metrics", ["http://sglang:30000"])
+
+
+def polled_status(name: str, at: int) -> dict:
+    """The server's part of /api/v1/status after polled_pages."""
+    return json.loads(polled_pages(name, at).answer("/api/v1/status")[2].decode())["servers"][0]
 
 
 @pytest.mark.parametrize(("name", "at", "cause"), [

@@ -258,6 +258,12 @@ def test_a_pack_holds_every_series_the_estimate_asks_for_on_either_path():
     assert candidates <= set(pack.LOAD_SERIES), candidates - set(pack.LOAD_SERIES)
 
 
+def docs_block(name: str) -> str:
+    """The generated block `name` of docs/simulator.md."""
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    return text.split(f"<!-- generated:{name} -->\n")[1].split(f"<!-- end:{name} -->")[0]
+
+
 # -- calibration: the shipped incident, estimated from its rendered series -----------------
 @pytest.fixture(scope="module")
 def calibration():
@@ -295,10 +301,7 @@ def test_what_if_predicts_the_direction_the_tuned_scenario_shows(calibration, at
 
 def test_the_calibration_table_in_docs_simulator_md_is_current(calibration, monkeypatch):
     monkeypatch.setattr(what_if, "calibration", lambda: calibration)
-    text = (ROOT / "docs/simulator.md").read_text()
-    block = text.split("<!-- generated:what-if-calibration -->\n")[1].split(
-        "<!-- end:what-if-calibration -->")[0]
-    assert block == what_if.calibration_table(), \
+    assert docs_block("what-if-calibration") == what_if.calibration_table(), \
         "docs/simulator.md is stale: run make generate"
 
 
@@ -410,10 +413,7 @@ def test_what_if_predicts_the_change_of_speculative_steps(spec_calibration, attr
 def test_the_spec_calibration_table_in_docs_simulator_md_is_current(spec_calibration,
                                                                     monkeypatch):
     monkeypatch.setattr(what_if, "spec_calibration", lambda: spec_calibration)
-    text = (ROOT / "docs" / "simulator.md").read_text()
-    block = text.split("<!-- generated:what-if-spec-calibration -->\n")[1].split(
-        "<!-- end:what-if-spec-calibration -->")[0]
-    assert block == what_if.spec_calibration_table(), \
+    assert docs_block("what-if-spec-calibration") == what_if.spec_calibration_table(), \
         "stale: python -m sglang_obs.generate simulator-docs"
 
 
@@ -453,8 +453,5 @@ def test_what_if_predicts_the_way_a_larger_host_pool_moves_the_hits(hicache_cali
 def test_the_hicache_calibration_table_in_docs_simulator_md_is_current(hicache_calibration,
                                                                        monkeypatch):
     monkeypatch.setattr(what_if, "hicache_calibration", lambda: hicache_calibration)
-    text = (ROOT / "docs" / "simulator.md").read_text()
-    block = text.split("<!-- generated:what-if-hicache-calibration -->\n")[1].split(
-        "<!-- end:what-if-hicache-calibration -->")[0]
-    assert block == what_if.hicache_calibration_table(), \
+    assert docs_block("what-if-hicache-calibration") == what_if.hicache_calibration_table(), \
         "stale: python -m sglang_obs.generate simulator-docs"
