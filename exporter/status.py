@@ -120,13 +120,14 @@ class Classification:
     spec_min_verify_rps: float
     hicache_drop_ratio: float
     hicache_min_evicted_tps: float
+    priority_starvation_ratio: float
 
 
 # Classification's fields that the thresholds file keeps in other sections than
 # classification:, by section.
 OTHER_FIELDS = {"min_prealloc_queue_requests": "pd", "spec_collapse_accept_length": "features",
                 "spec_min_verify_rps": "features", "hicache_drop_ratio": "features",
-                "hicache_min_evicted_tps": "features"}
+                "hicache_min_evicted_tps": "features", "priority_starvation_ratio": "features"}
 
 
 class ThresholdsError(ValueError):
@@ -754,7 +755,7 @@ def reason(state: str, s: Signals, c: Classification, out: dict[str, Any]) -> st
     if state == "scheduling_bottleneck":
         return (f"Requests have waited {seconds(s.queue_seconds)} continuously while the KV "
                 f"cache is only {percent(s.kv_occupancy)} full: they wait for a running slot or "
-                "an admission decision, not for memory or compute." + queue_cause(p))
+                "an admission decision, not for memory or compute." + queue_cause(p, c))
     if state == "idle":
         return "Nothing running, nothing waiting."
     limit = f" of {count(p['max_running'])}" if p["max_running"] is not None else ""
@@ -803,28 +804,29 @@ def _priority_text(value: str) -> str:
     return value if re.fullmatch(r"-?\d{1,12}|None", value) else "(unreadable)"
 
 
-def queue_cause(p: Mapping[str, Any]) -> str:
+def queue_cause(p: Mapping[str, Any], c: Classification) -> str:
     """The feature that holds a queue back with the KV pool free, as one more sentence (the
     alerts' `cause:`, feature_rules.queue_causes): every LoRA adapter slot in use, or one
-    priority holding most of the queue while the others run. "" when neither shows."""
+    priority holding nearly all the waiting requests (all but 1 / priority_starvation_ratio of
+    them) while other priorities run. The rules weigh 2-minute means of queue and batch; a
+    poll's batch swings as slots free, so the page reads the queue's make-up. "" when neither
+    shows."""
     used, total = p["lora_slots_used"], p["lora_slots_total"]
     if used is not None and total and used >= total:
         return (f" Every LoRA adapter slot is in use ({count(used)} of {count(total)}): the "
                 "request at the head of the queue waits for its adapter, and the queue behind "
                 "it (--max-loras-per-batch).")
     waiting, running = p["waiting_by_priority"], p["running_by_priority"]
-    if len(waiting) < 2 or not sum(waiting.values()):
+    queued = sum(waiting.values())
+    if len(waiting) < 2 or queued <= 0:
         return ""
     most = max(waiting, key=lambda k: waiting[k])
-    others_waiting = sum(v for k, v in waiting.items() if k != most)
-    others_running = sum(v for k, v in running.items() if k != most)
-    if waiting[most] < 2 * max(others_waiting, 1) or not others_running:
+    others = sum(v for k, v in running.items() if k != most)
+    if waiting[most] / queued < 1 - 1 / c.priority_starvation_ratio or not others:
         return ""
     return (f" Priority scheduling: priority {_priority_text(most)} holds "
-            f"{count(waiting[most])} of the {count(sum(waiting.values()))} waiting requests "
-            "while other priorities run "
-            f"{count(others_running)} of the batch: it is served last.")
-
+            f"{count(waiting[most])} of the {count(queued)} waiting requests while other "
+            f"priorities run {count(others)}: it is served last.")
 
 def readings(state: str, s: Signals, c: Classification, gpus: Sequence[Mapping[str, Any]],
              minute: Mapping[str, Any]) -> list[dict[str, Any]]:

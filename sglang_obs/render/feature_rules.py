@@ -106,6 +106,7 @@ max by (cluster, host, instance) (
 LORA_FULL = "instance:sglang_lora_pool_utilization:min30s"
 PRIORITY_QUEUE = "instance_priority:sglang_queue_reqs:avg2m"
 PRIORITY_DONE = "instance_priority:sglang_requests:rate2m"
+PRIORITY_RUNNING = "instance_priority:sglang_running_reqs:avg2m"
 PRIORITY_WAIT = "instance_priority:sglang_queue_wait_seconds:avg2m"
 PRIORITY_STARVED = "instance_priority:sglang_starved_queue_wait_seconds:avg2m"
 
@@ -118,20 +119,27 @@ def queue_cause_records(s: str, t: dict) -> list[tuple[str, str, str]]:
     total, the request counters one series per request priority (docs/features.md)."""
     w = f"{t['classification']['scheduling_queue_seconds']}s"
     by = "cluster, host, instance, priority"
-    ratio, floor = t["features"]["priority_starvation_wait_ratio"], t["classification"][
+    ratio, floor = t["features"]["priority_starvation_ratio"], t["classification"][
         "scheduling_queue_seconds"]
+
+    def per_priority(metric: str) -> str:
+        return (f"sum by ({by}) (max by ({by}, dp_rank) (avg_over_time("
+                f'sglang:{metric}{{{s}, priority!~"|None"}}[2m])))')
+
+    def share(record: str) -> str:
+        return f"{record} / on (cluster, instance) group_left () {INSTANCE} ({record})"
     return [
         (LORA_FULL, f"max by (cluster, host, instance) (min_over_time("
                     f"sglang:lora_pool_utilization{{{s}}}[{w}]))",
          "The LoRA adapter pool's least use over the state's span (0.5.7+, with --enable-lora): "
          "1 when every slot held an adapter throughout, so a request needing another adapter "
          "holds the queue behind it (SGLang stops admission at it)."),
-        (PRIORITY_QUEUE, f"sum by ({by}) (max by ({by}, dp_rank) ("
-                         f'avg_over_time(sglang:num_queue_reqs{{{s}, priority!~"|None"}}'
-                         "[2m])))",
+        (PRIORITY_QUEUE, per_priority("num_queue_reqs"),
          "With --enable-priority-scheduling: each priority's mean waiting requests over 2 "
          "minutes, all DP ranks (requests without a priority, \"None\" here but \"\" in the "
          "request counters, are left out)."),
+        (PRIORITY_RUNNING, per_priority("num_running_reqs"),
+         "Each priority's mean running requests over 2 minutes, all DP ranks."),
         (PRIORITY_DONE, f'sum by ({by}) (rate(sglang:num_requests_total{{{s}, priority!=""}}'
                         f"[2m]))",
          "Each priority's finished requests per second over 2 minutes."),
@@ -145,10 +153,16 @@ or
         (PRIORITY_STARVED, f"""
 {PRIORITY_WAIT} > {floor}
 and on (cluster, instance, priority)
-  {PRIORITY_WAIT} > on (cluster, instance) group_left ()
-    ({ratio} * min by (cluster, instance) ({PRIORITY_WAIT}))""",
-         f"The priorities whose requests wait over {floor} s and over {ratio}× the shortest "
-         "wait of any priority: priority scheduling serves them last."),
+(
+    {share(PRIORITY_QUEUE)}
+  > on (cluster, instance, priority)
+    {ratio} * {share(PRIORITY_RUNNING)}
+  or
+    {PRIORITY_QUEUE} > 0 unless on (cluster, instance, priority) {PRIORITY_RUNNING}
+)""",
+         f"The priorities whose requests wait over {floor} s and whose share of the waiting "
+         f"requests is over {ratio}× their share of the running batch (by Little's law, their "
+         "wait over the average one): priority scheduling serves them last."),
     ]
 
 
@@ -157,15 +171,15 @@ def queue_causes(t: dict) -> str:
     each printed only when its record holds (the `%q`s: cluster, then instance)."""
     lora = f"max({LORA_FULL}{{cluster=%q, instance=%q}}) >= 1"
     starved = f"topk(1, {PRIORITY_STARVED}{{cluster=%q, instance=%q}})"
-    ratio = t["features"]["priority_starvation_wait_ratio"]
+    ratio = t["features"]["priority_starvation_ratio"]
     return (f"{{{{ with printf `{lora}` $labels.cluster $labels.instance | query }}}}"
             "; cause: every LoRA adapter slot of the batch is in use, so the request at the head "
             "of the queue waits for its adapter and the queue waits behind it "
             "(--max-loras-per-batch){{ end }}"
             f"{{{{ with printf `{starved}` $labels.cluster $labels.instance | query }}}}"
             "{{ with . | first }}; cause: priority {{ .Labels.priority }} requests wait far "
-            f"longer than those of other priorities (over {ratio} times the shortest wait): "
-            "priority scheduling serves them last{{ end }}{{ end }}")
+            f"longer than the others (over {ratio} times their share of the running batch in "
+            "the queue): priority scheduling serves them last{{ end }}{{ end }}")
 
 
 def hicache_records(s: str) -> list[tuple[str, str, str]]:
