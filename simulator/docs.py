@@ -64,7 +64,8 @@ PARAMETERS = {
                                   "by request priority, then by arrival",
     "schedule_low_priority_values_first": "--schedule-low-priority-values-first: smaller "
                                           "priority values go first",
-    "grammar_backend": "--grammar-backend (reported only)",
+    "grammar_backend": "--grammar-backend (reported in /server_info; the compile times are "
+                       "the scenario's)",
     "grammar_timeout_s": "SGLANG_GRAMMAR_TIMEOUT: seconds the head of the grammar queue waits "
                          "for its own grammar before it is aborted",
     "grammar_compile_workers": "structured output: the grammar backend's compilation threads",

@@ -52,6 +52,7 @@ def server_info(server: Server, profile: Profile) -> dict[str, Any]:
         "mem_fraction_static": cfg.mem_fraction_static,
         "num_continuous_decode_steps": cfg.num_continuous_decode_steps,
         "speculative_algorithm": cfg.speculative_algorithm,
+        "grammar_backend": cfg.grammar_backend,
         "enable_mixed_chunk": cfg.effective_mixed_chunk,
         "disaggregation_mode": "null",
         "decode_log_interval": cfg.decode_log_interval,
@@ -89,7 +90,7 @@ def loads(server: Server, profile: Profile) -> dict[str, Any] | list[Any]:
                 token_usage=round(used / s.cfg.max_total_num_tokens, 4),
                 gen_throughput=s.reported.gen_throughput,
                 cache_hit_rate=s.reported.cache_hit_rate, utilization=0.0,
-                queues={"waiting": len(s.waiting), "grammar": 0, "paused": 0,
+                queues={"waiting": len(s.waiting), "grammar": len(s.grammar), "paused": 0,
                         "retracted": s.reported.retracted_since_last, "prealloc_ready": 0})
         entries.append(entry)
     if kind == "get_load_list":
