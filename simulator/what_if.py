@@ -467,6 +467,12 @@ def estimate(source: Source) -> Estimate:
         spec_accept=spec, working_set=working)
 
 
+def _minutes(source: Source) -> list[tuple[float, float]]:
+    """(start, end) of each minute of the window (BIN_SECONDS, as the arrivals are counted)."""
+    return [(source.start + i * BIN_SECONDS, source.start + (i + 1) * BIN_SECONDS)
+            for i in range(math.ceil((source.end - source.start) / BIN_SECONDS))]
+
+
 def _working_sets(source: Source, args: dict[str, Any], origin: dict[str, str]
                   ) -> list[float | None]:
     """HiCache (host pool series present): its arguments into `args`, and the working set of
@@ -489,10 +495,9 @@ def _working_sets(source: Source, args: dict[str, Any], origin: dict[str, str]
     device, host = hits.get("device", []), hits.get("host", [])
     evictable = _one(source, f"{P}kv_evictable_tokens", "max")
     out: list[float | None] = []
-    for i in range(math.ceil((source.end - source.start) / BIN_SECONDS)):
-        lo = source.start + i * BIN_SECONDS
-        d, h = _increase(device, lo, lo + BIN_SECONDS), _increase(host, lo, lo + BIN_SECONDS)
-        cache = [v for t, v in evictable if lo < t <= lo + BIN_SECONDS]
+    for lo, hi in _minutes(source):
+        d, h = _increase(device, lo, hi), _increase(host, lo, hi)
+        cache = [v for t, v in evictable if lo < t <= hi]
         mean = statistics.fmean(cache) if cache else 0.0
         out.append(round(mean * (1 + h / d)) if d > 0 and mean > 0 else None)
     return out
@@ -507,10 +512,8 @@ def _spec_segments(source: Source) -> list[float | None]:
         return []
     generated = _one(source, f"{P}generation_tokens_total")
     out: list[float | None] = []
-    for i in range(math.ceil((source.end - source.start) / BIN_SECONDS)):
-        lo = source.start + i * BIN_SECONDS
-        n = _increase(verifies, lo, lo + BIN_SECONDS)
-        tokens = _increase(generated, lo, lo + BIN_SECONDS)
+    for lo, hi in _minutes(source):
+        n, tokens = _increase(verifies, lo, hi), _increase(generated, lo, hi)
         out.append(round(max(tokens / n, 1.0), 3) if n > 0 and tokens > 0 else None)
     return out
 
