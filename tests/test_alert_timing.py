@@ -219,7 +219,9 @@ def run(tmp_path_factory):
             except PortTaken:
                 _listening(lambda h=h: start_sim(h), lambda h=h: sim_url(h), log, timeout=180)
             procs.append(h.procs[0])
-            if h.pd:  # its engines' ports from its log
+            if h.pd:  # its engines' ports from its log, written just after the gateway answers
+                assert wait_for(lambda: "serving gateway of PD scenario" in log.read_text(), 30,
+                                interval=0.1), log.read_text()[-800:]
                 h.engine_ports = tuple(int(p) for p in re.findall(
                     r"serving (?:prefill|decode)-\d+ of PD scenario \S+ \(SGLang [^)]*\) on "
                     r"http://127\.0\.0\.1:(\d+)", log.read_text()))
