@@ -49,6 +49,7 @@ import http.client
 import json
 import math
 import os
+import re
 import selectors
 import signal
 import socket
@@ -138,38 +139,47 @@ FLOOR_NAMES = {prefix + exposed: bare
                for prefix in ("sglang:", "sglang_")}
 
 
+def _alternation(names: list[str]) -> str:
+    """A regular expression for exactly `names`, factored by first letter (a trie), so the
+    engine rejects an unwanted name at its first letter that leaves the tree."""
+    heads: dict[str, list[str]] = {}
+    for name in names:
+        heads.setdefault(name[:1], []).append(name[1:])
+    parts = [re.escape(head) + (_alternation(tails) if head else "")
+             for head, tails in sorted(heads.items())]
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+# The wanted lines, found by one regular expression over the body: a line feed, the prefix, a
+# wanted name, then `{` or a blank. Every other line is passed over in C.
+FLOOR_LINE = re.compile(r"\n(sglang[:_]" + _alternation(
+    sorted({exposed[len("sglang:"):] for exposed in FLOOR_NAMES})) + r")([{ ])([^\n]*)")
+FLOOR_NOT_SAMPLE = re.compile(r"\n(?=[#\n])")
+
+
 def floor_scan(text: str) -> dict:
-    """The wanted values of a text-format body: max within a DP rank (over tp/pp/ep ranks and
-    pids), summed over DP ranks for additive gauges, max over all for ratios, summed over label
-    sets for tokenizer counters; `priority=""` only; NaN skipped; plus the sample count, the
-    name spelling and the model name."""
+    """The targeted scan: the least any reader must do to extract these values from a
+    well-formed text-format body. One regex finds the ~40 wanted lines; only those are split
+    (`find` / `split`) and converted; the same aggregation (max within a DP rank over tp/pp/ep
+    ranks and pids, summed over DP ranks for additive gauges, max over all for ratios, summed
+    over label sets for tokenizer counters; `priority=""` only; NaN skipped). The sample count
+    is the lines less the comment and blank ones, counted in C; the spelling is whether a line
+    starts with each prefix."""
+    body = "\n" + text
     groups: dict[str, dict[tuple[str, str], float]] = {}
     model_name = ""
-    count = colon = underscore = 0
-    for line in text.split("\n"):
-        if not line or line[0] == "#":
-            continue
-        count += 1
-        if line.startswith("sglang:"):
-            colon = 1
-        elif line.startswith("sglang_"):
-            underscore = 2
-        brace = line.find("{")
-        if brace < 0:
-            name, _, value = line.partition(" ")
-            labels = {}
+    for m in FLOOR_LINE.finditer(body):
+        name, sep, rest = m.groups()
+        bare = FLOOR_NAMES[name]
+        if sep == "{":
+            close = rest.rindex("}")
+            labels = dict(pair.split("=", 1) for pair in rest[:close].split(","))
+            v = float(rest[close + 2:])
         else:
-            name = line[:brace]
-        bare = FLOOR_NAMES.get(name)
-        if bare is None:
-            continue
-        if brace >= 0:
-            close = line.rindex("}")
-            labels = dict(pair.split("=", 1) for pair in line[brace + 1:close].split(","))
-            value = line[close + 2:]
-        v = float(value)
-        if labels.get("priority", '""') != '""' or v != v:
-            continue
+            labels = {}
+            v = float(rest)
+        if v != v or bare not in SUMMED and labels.get("priority", '""') != '""':
+            continue  # NaN; a scheduler gauge's per-priority split (its "" total is kept)
         model = labels.get("model_name", '""')[1:-1]
         if model and not model_name and bare in SCHEDULER_PRESENCE:
             model_name = model
@@ -183,8 +193,10 @@ def floor_scan(text: str) -> dict:
             group[key] = v
     values = {bare: max(g.values()) if bare in MAXIMUM else sum(g.values())
               for bare, g in groups.items()}
+    count = text.count("\n") - len(FLOOR_NOT_SAMPLE.findall(body, 0, len(body) - 1))
+    spelling = ("\nsglang:" in body) | ("\nsglang_" in body) << 1
     return {"values": values, "model_name": model_name, "sample_count": count,
-            "spelling": ("none", "colon", "underscore", "mixed")[colon | underscore]}
+            "spelling": ("none", "colon", "underscore", "mixed")[spelling]}
 
 
 def exporter_scan(text: str, content_type: str) -> dict:
@@ -201,6 +213,7 @@ LOAD_FIELDS = {"running": "num_running_reqs", "waiting": "num_waiting_reqs",
 
 
 def _get(host: str, port: int, path: str, accept: str) -> tuple[bytes, str]:
+    """http.client GET on a fresh connection (the breakdown's comparison)."""
     conn = http.client.HTTPConnection(host, port, timeout=5)
     try:
         conn.request("GET", path, headers={"Accept": accept, "User-Agent": "sglang-obs"})
@@ -213,12 +226,29 @@ def _get(host: str, port: int, path: str, accept: str) -> tuple[bytes, str]:
         conn.close()
 
 
+def raw_get(address: tuple[str, int], path: str, accept: str) -> bytes:
+    """The least an HTTP GET costs: a connected socket, the request the poller sends (the same
+    header fields, `Connection: close`), recv until the server closes, the head cut off at its
+    blank line. No header parsing, no framing checks, no deadline: the floor."""
+    with socket.create_connection(address, timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n"
+                     f"Accept: {accept}\r\nAccept-Encoding: identity\r\n"
+                     "User-Agent: sglang-obs\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while chunk := sock.recv(262144):
+            chunks.append(chunk)
+    answer = b"".join(chunks)
+    if not answer.startswith(b"HTTP/1.1 200 "):
+        raise RuntimeError(f"{path}: {answer[:40]!r}")
+    return answer[answer.index(b"\r\n\r\n") + 4:]
+
+
 def floor_cycle(host: str, port: int) -> tuple[dict, dict]:
-    """The HTTP work of one poll (fresh connection per GET, the poller's Accept headers), the
-    floor scan of /metrics and the sums of /v1/loads."""
-    body, _ = _get(host, port, "/metrics", METRICS_ACCEPT)
-    native = floor_scan(body.decode("utf-8", "replace"))
-    loads = json.loads(_get(host, port, "/v1/loads", "application/json")[0])["loads"]
+    """The HTTP work of one poll as raw-socket GETs (a fresh connection each, the poller's
+    request), the targeted scan of /metrics and the sums of /v1/loads."""
+    address = (host, port)
+    native = floor_scan(raw_get(address, "/metrics", METRICS_ACCEPT).decode("utf-8", "replace"))
+    loads = json.loads(raw_get(address, "/v1/loads", "application/json"))["loads"]
     load = {field: sum(float(e[key]) for e in loads) for field, key in LOAD_FIELDS.items()}
     return native, load
 

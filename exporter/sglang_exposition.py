@@ -10,12 +10,14 @@ Three traps handled here, all described in the SGLang reference:
   (is_streaming, cache_source, priority). Priority-split scheduler series keep only the total
   (`priority=""`).
 
-The body is read by a targeted line scan, not a full parser: a real 0.5.23 answer has ~1,000
-sample lines (histogram buckets mostly) of which about forty are kept. Every non-comment line is
-split at its name; only lines of a wanted name get their label set and value parsed (fully: any
-label order, escapes, timestamps, OpenMetrics exemplars). Lines of other names are counted
-(sample_count, spelling) after a cheap shape check. A line that is not a sample (junk, a wanted
-sample whose labels or value do not parse) is skipped and counted in `malformed_lines`.
+The body is read by a targeted scan, not a full parser: a real 0.5.23 answer has ~1,000
+sample lines (histogram buckets mostly) of which about forty are kept. One regular expression
+walks the body in C and stops only at the lines Python must read: a kept name (its label set and
+value parsed fully: any label order, escapes, timestamps, OpenMetrics exemplars), another prefix
+than `sglang`, or an odd shape. A line of an SGLang name the exporter does not keep is counted
+(sample_count, spelling) when its name is a metric name followed by `{` or a blank and more;
+its labels and value are never read, so they are not judged. A line that is not a sample (junk,
+a kept sample whose labels or value do not parse) is skipped and counted in `malformed_lines`.
 
 The work per answer is bounded whatever the body holds: at most MAX_LINES lines are scanned,
 and at most MAX_FULL_LINES of them, MAX_FULL_CHARS characters in all, read in full (wanted
@@ -27,6 +29,8 @@ at most a few hundred characters, ~40 of them read in full.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import re
 from collections.abc import Iterator
@@ -239,114 +243,180 @@ def samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
 class _Malformed(Exception):
     """A non-comment line that is not a readable sample."""
 
-def _lines_in(text: str) -> int:
-    return text.count("\n") + (0 if not text or text.endswith("\n") else 1)
+def _trie(words: list[str]) -> str:
+    """A regular expression matching exactly `words`, as a trie: one branch per first letter, so
+    a name that is none of them fails at its first differing letter."""
+    ends = "" in words
+    branches: dict[str, list[str]] = {}
+    for word in words:
+        if word:
+            branches.setdefault(word[0], []).append(word[1:])
+    alternatives = [re.escape(c) + _trie(rest) for c, rest in sorted(branches.items())]
+    if ends:
+        alternatives.append("")
+    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+
+
+# A line the scan leaves to C: a comment, a blank line, or a sample of an SGLang name the
+# exporter does not keep whose shape passes the same cheap check as before (a name, then a label
+# set closed before a value that does not end in `}`, or a blank and a value without `{`). Every
+# other line (a kept name, another prefix, an odd shape, junk) is read by _line in Python.
+_EXPOSED = sorted({name for bare in WANTED for name in (bare, *(old for old, new in
+                                                                RENAMES.items() if new == bare))})
+_UNREAD_REST = r"(?!" + _trie(_EXPOSED) + r"[{ ])[a-zA-Z0-9_:]*[{ ][^\n]"
+_LEFT_TO_C = r"sglang[:_]" + _UNREAD_REST + r"|#|\n|\Z"
+_READ_FIRST = re.compile(r"(?!" + _LEFT_TO_C + ")")  # at the body's start
+_READ_NEXT = re.compile(r"\n(?!" + _LEFT_TO_C + ")")  # after each line feed
+_NOT_SAMPLE_NEXT = re.compile(r"\n(?=[#\n])")  # comment and blank lines after the first
+# Spelling bit -> (an unread sample of that spelling at the start, after a line feed)
+_UNREAD_OF = {bits: (prefix, re.compile(prefix + _UNREAD_REST),
+                     re.compile("\n" + prefix + _UNREAD_REST))
+              for bits, prefix in ((_COLON, "sglang:"), (_UNDERSCORE, "sglang_"))}
+
+
+@functools.lru_cache(maxsize=4)
+def _first_lines(n: int) -> re.Pattern:
+    return re.compile(r"(?:[^\n]*\n){" + str(n) + "}")
+
+
+def _lines_in(text: str, end: int) -> int:
+    """Lines in text[:end] (the empty string after a final line feed is none)."""
+    return text.count("\n", 0, end) + (1 if end and text[end - 1] != "\n" else 0)
+
+
+class _Scan:
+    """Counters of one scan, and the work budget of the lines read in full."""
+
+    __slots__ = ("count", "bits", "malformed", "first_malformed", "full", "full_chars", "kept")
+
+    def __init__(self) -> None:
+        self.count = self.bits = self.malformed = self.full = self.full_chars = 0
+        self.first_malformed: int | None = None
+        self.kept: list[tuple[int, dict[str, str], float]] = []  # code, raw labels, value
 
 
 def _scan(text: str, max_lines: int = MAX_LINES, max_full: int = MAX_FULL_LINES,
           max_full_chars: int = MAX_FULL_CHARS, max_line: int = MAX_LINE_CHARS) -> NativeMetrics:
-    codes = _NAME_CODES.get
-    count = 0
-    bits = 0
-    malformed = 0
-    first_malformed = None
-    full = 0  # lines read in full so far
-    full_chars = 0  # and their characters
-    over = 0
-    kept: list[tuple[int, dict[str, str], float]] = []  # wanted samples: code, raw labels, value
-    lines = text.split("\n", max_lines)
-    if len(lines) > max_lines:
-        over = _lines_in(lines.pop())
-    for index, line in enumerate(lines):
-        if not line or line[0] == "#":
-            continue
-        if len(line) > max_line:
+    # The region scanned: the first max_lines lines; the rest is counted unread.
+    end, over = len(text), 0
+    if end > max_lines and text.count("\n") >= max_lines:
+        end = _first_lines(max_lines).match(text).end() - 1
+        over = _lines_in(text, len(text)) - _lines_in(text, end)
+    scan = _Scan()
+    visited = 0  # lines handed to _line
+    stop = end  # where the scan stopped (the start of the line that ran out of budget)
+    starts = [0] if _READ_FIRST.match(text, 0, end) else []
+    for start in itertools.chain(starts, (m.end() for m in _READ_NEXT.finditer(text, 0, end))):
+        line_end = text.find("\n", start, end)
+        if line_end < 0:
+            line_end = end
+        visited += 1
+        if line_end - start > max_line:
             over += 1
             continue
-        heavy = False  # this line already counted as read in full
-        i = line.find("{")
-        if i > 0:  # name{labels} value ...
-            name = line[:i]
-            code = codes(name)
-            if code is None:
-                code = _learn(name)
-            if code > 3:
-                full += 1
-                full_chars += len(line)
-                heavy = True
-                if full > max_full or full_chars > max_full_chars:
-                    over += _over_from(lines, index)
-                    break
-                match = _LABEL_SET.match(line, i)
-                if match is not None:
-                    end = match.end()
-                    rest = line[end:]
-                    try:
-                        if "_" in rest:
-                            raise ValueError
-                        value = float(rest)  # the common case: just the value
-                    except ValueError:
-                        value = _value(rest)
-                    if value is not None:
-                        pairs = _PAIRS.findall(line, i, end)
-                        labels = dict(pairs)
-                        if len(labels) == len(pairs):
-                            count += 1
-                            bits |= code
-                            kept.append((code, labels, value))
-                            continue
-                # else: not the common shape, read in full below
-            elif code >= 0 and line.rfind("}") > i and line[-1] != "}":
-                count += 1  # a sample not kept: counted, its labels unread
-                bits |= code
-                continue
-        elif i < 0:  # name value ...
-            k = line.find(" ")
-            if k > 0:
-                name = line[:k]
-                code = codes(name)
-                if code is None:
-                    code = _learn(name)
-                if 0 <= code <= 3 and k < len(line) - 1:
-                    count += 1
-                    bits |= code
-                    continue
-        # Anything else (leading blanks, `{"name", ...}`, wanted samples of a rarer shape, junk).
-        if not heavy:
-            full += 1
-            full_chars += len(line)
-            if full > max_full or full_chars > max_full_chars:
-                over += _over_from(lines, index)
-                break
-        try:
-            sample = _read_line(line)
-        except _Malformed:
-            malformed += 1
-            if first_malformed is None:
-                first_malformed = index + 1
-            continue
-        if sample is None:  # blank or comment
-            continue
-        name, labels, value = sample
-        code = _spelling_bits(name)
-        count += 1
-        bits |= code
-        if code > 3:
-            kept.append((code, labels, value))
-    if count == 0:
-        detail = f" ({malformed} malformed lines)" if malformed else ""
-        raise ExpositionError("no samples in the body" + detail, malformed, first_malformed)
-    out = _aggregate(kept)
-    out.sample_count = count
-    out.malformed_lines = malformed
+        if not _line(text[start:line_end], scan, max_full, max_full_chars):
+            visited -= 1
+            stop = start
+            over += _lines_in(text, end) - text.count("\n", 0, start)
+            break
+        if scan.malformed and scan.first_malformed is None:
+            scan.first_malformed = text.count("\n", 0, start) + 1
+    # The lines left to C: every line before the stop that is no comment, no blank, not visited.
+    lines = _lines_in(text, stop) if stop == end else text.count("\n", 0, stop)
+    not_samples = len(_NOT_SAMPLE_NEXT.findall(text, 0, stop)) + (
+        1 if stop and text[0] in "#\n" else 0)
+    unread = lines - not_samples - visited
+    if unread:
+        scan.count += unread
+        for bits, (prefix, first, after) in _UNREAD_OF.items():
+            if not scan.bits & bits and prefix in text and (
+                    first.match(text, 0, stop) or after.search(text, 0, stop)):
+                scan.bits |= bits
+    if scan.count == 0:
+        detail = f" ({scan.malformed} malformed lines)" if scan.malformed else ""
+        raise ExpositionError("no samples in the body" + detail, scan.malformed,
+                              scan.first_malformed)
+    out = _aggregate(scan.kept)
+    out.sample_count = scan.count
+    out.malformed_lines = scan.malformed
     out.lines_over_limit = over
-    out.first_malformed = first_malformed
-    out.spelling = _SPELLINGS[bits & 3]
+    out.first_malformed = scan.first_malformed
+    out.spelling = _SPELLINGS[scan.bits & 3]
     return out
 
-def _over_from(lines: list[str], index: int) -> int:
-    """Lines from lines[index] on (the empty string after a final line feed is none)."""
-    return len(lines) - index - (1 if lines[-1] == "" else 0)
+
+def _line(line: str, scan: _Scan, max_full: int, max_full_chars: int) -> bool:
+    """Reads one line the C scan left (a kept name, another prefix, an odd shape, junk) into
+    `scan`; False, unread, when it would overrun the budget of lines read in full."""
+    if not line or line[0] == "#":
+        return True
+    heavy = False  # this line already counted as read in full
+    i = line.find("{")
+    if i > 0:  # name{labels} value ...
+        name = line[:i]
+        code = _NAME_CODES.get(name)
+        if code is None:
+            code = _learn(name)
+        if code > 3:
+            scan.full += 1
+            scan.full_chars += len(line)
+            heavy = True
+            if scan.full > max_full or scan.full_chars > max_full_chars:
+                return False
+            match = _LABEL_SET.match(line, i)
+            if match is not None:
+                end = match.end()
+                rest = line[end:]
+                try:
+                    if "_" in rest:
+                        raise ValueError
+                    value = float(rest)  # the common case: just the value
+                except ValueError:
+                    value = _value(rest)
+                if value is not None:
+                    pairs = _PAIRS.findall(line, i, end)
+                    labels = dict(pairs)
+                    if len(labels) == len(pairs):
+                        scan.count += 1
+                        scan.bits |= code
+                        scan.kept.append((code, labels, value))
+                        return True
+            # else: not the common shape, read in full below
+        elif code >= 0 and line.rfind("}") > i and line[-1] != "}":
+            scan.count += 1  # a sample not kept: counted, its labels unread
+            scan.bits |= code
+            return True
+    elif i < 0:  # name value ...
+        k = line.find(" ")
+        if k > 0:
+            name = line[:k]
+            code = _NAME_CODES.get(name)
+            if code is None:
+                code = _learn(name)
+            if 0 <= code <= 3 and k < len(line) - 1:
+                scan.count += 1
+                scan.bits |= code
+                return True
+    # Anything else (leading blanks, `{"name", ...}`, kept samples of a rarer shape, junk).
+    if not heavy:
+        scan.full += 1
+        scan.full_chars += len(line)
+        if scan.full > max_full or scan.full_chars > max_full_chars:
+            return False
+    try:
+        sample = _read_line(line)
+    except _Malformed:
+        scan.malformed += 1
+        return True
+    if sample is None:  # blank or comment
+        return True
+    name, labels, value = sample
+    code = _spelling_bits(name)
+    scan.count += 1
+    scan.bits |= code
+    if code > 3:
+        scan.kept.append((code, labels, value))
+    return True
 
 
 def _aggregate(kept: list[tuple[int, dict[str, str], float]]) -> NativeMetrics:

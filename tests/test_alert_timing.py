@@ -138,6 +138,10 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
+# What `sglang-sim pd` logs last at start, after its engines' lines (the gateway answers first).
+GATEWAY_SERVING = "serving gateway of PD scenario"
+
+
 class PortTaken(AssertionError):
     """The port picked for it was bound by another process before it could listen."""
 
@@ -220,8 +224,9 @@ def run(tmp_path_factory):
                 _listening(lambda h=h: start_sim(h), lambda h=h: sim_url(h), log, timeout=180)
             procs.append(h.procs[0])
             if h.pd:  # its engines' ports from its log, written just after the gateway answers
-                assert wait_for(lambda: "serving gateway of PD scenario" in log.read_text(), 30,
-                                interval=0.1), log.read_text()[-800:]
+                assert wait_for(lambda log=log: GATEWAY_SERVING in log.read_text(), 30,
+                                interval=0.1), \
+                    log.read_text()[-800:]
                 h.engine_ports = tuple(int(p) for p in re.findall(
                     r"serving (?:prefill|decode)-\d+ of PD scenario \S+ \(SGLang [^)]*\) on "
                     r"http://127\.0\.0\.1:(\d+)", log.read_text()))
