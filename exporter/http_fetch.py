@@ -19,11 +19,15 @@ the label set stays bounded, and a `detail` that says what was wrong and where, 
 bytes the server sent (a status or exposition line may hold a secret).
 
 Name resolution is the system resolver's (getaddrinfo), bounded by its own timeouts, not by
-this deadline: configure targets by IP address or by a name the local resolver answers fast.
+this deadline: configure targets by IP address or by a name the local resolver answers fast. An
+IP address is never resolved; a name's addresses are kept for RESOLVE_TTL_S (a poll a second
+would otherwise ask the resolver every second, 7 % of the CPU of 256 polls) and asked again at
+once after a connection to them fails (the name may point elsewhere now).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import select
 import socket
 import ssl
@@ -133,10 +137,36 @@ def _left(deadline: float) -> float:
     return left
 
 
+RESOLVE_TTL_S = 30.0
+# (host, port) -> (when resolved, getaddrinfo's answer); only names, only answers that worked.
+_resolved: dict[tuple[str, int], tuple[float, list]] = {}
+_RESOLVED_MAX = 4096
+
+
+def _addresses(host: str, port: int) -> list:
+    """getaddrinfo's answer for a TCP connection to host:port, without asking it for an IP."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is not None and not getattr(ip, "scope_id", None):
+        if ip.version == 4:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (host, port))]
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 0, "", (host, port, 0, 0))]
+    key = (host, port)
+    cached = _resolved.get(key)
+    if cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL_S:
+        return cached[1]
+    answer = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    if len(_resolved) >= _RESOLVED_MAX:
+        _resolved.clear()
+    _resolved[key] = (time.monotonic(), answer)
+    return answer
+
+
 def _connect(host: str, port: int, deadline: float) -> socket.socket:
     error: OSError | None = None
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port,
-                                                              type=socket.SOCK_STREAM):
+    for family, kind, proto, _, address in _addresses(host, port):
         sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(_left(deadline))
@@ -151,6 +181,7 @@ def _connect(host: str, port: int, deadline: float) -> socket.socket:
         except OSError as err:
             error = err
         sock.close()
+    _resolved.pop((host, port), None)  # none answered: resolve again next time
     raise error or OSError("no address")
 
 
