@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector  # noqa: E402
 from sglang_obs.exporter.derived import derive  # noqa: E402
+from sglang_obs.exporter.exposition_format import Renderer  # noqa: E402
 from sglang_obs.exporter.http_fetch import METRICS_ACCEPT, fetch  # noqa: E402
 from sglang_obs.exporter.poller import PollSettings, TargetPoller  # noqa: E402
 from sglang_obs.exporter.sglang_api import parse_loads  # noqa: E402
@@ -780,10 +781,15 @@ def bench_breakdown(files, servers: int, rounds: int, iterations: int) -> dict:
     registry.register(GuardedCollector([SGLangCollector(pollers)]))
     families = _Frozen(list(registry.collect()))
     om = generate_openmetrics(families)
+    ours = Renderer()
+    require(ours.openmetrics(families.collect()) == om, "our OpenMetrics render differs")
+    require(ours.text(families.collect()) == generate_latest(families), "our text render differs")
     render = interleaved_cpu({
         "collect": lambda: list(registry.collect()),
-        "render_openmetrics": lambda: generate_openmetrics(families),
-        "render_text": lambda: generate_latest(families),
+        "render_openmetrics": lambda: ours.openmetrics(families.collect()),
+        "render_text": lambda: ours.text(families.collect()),
+        "render_openmetrics_prometheus_client": lambda: generate_openmetrics(families),
+        "render_text_prometheus_client": lambda: generate_latest(families),
         "gzip": lambda: gzip.compress(om, GZIP_LEVEL, mtime=0),
     }, rounds, max(1, iterations // 20))
     scrape_ms = sum(render[k]["median_ms"] for k in ("collect", "render_openmetrics", "gzip"))
@@ -893,7 +899,9 @@ def markdown(results: dict, concurrent: int) -> str:
         r = bd["render"]
         brows += ["", f"| one scrape's render, {bd['servers']} servers | CPU min, ms | "
                   "CPU median, ms |", "|---|---|---|"]
-        for key in ("collect", "render_openmetrics", "render_text", "gzip"):
+        for key in ("collect", "render_openmetrics", "render_text",
+                    "render_openmetrics_prometheus_client", "render_text_prometheus_client",
+                    "gzip"):
             brows.append(f"| {key} | {r[key]['min_ms']:.1f} | {r[key]['median_ms']:.1f} |")
         model = bd["model"]
         brows.append(f"\nOne poll costs {model['poll_cpu_ms']:.2f} ms of CPU: one core (one "

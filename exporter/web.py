@@ -3,10 +3,11 @@ path, and /sd/sglang.
 
 The exposition is rendered once per change of what it shows, not once per scrape: sources call
 `Exposition.changed()` after each cycle, and the next scrape renders the families once and keeps
-the bytes (text 0.0.4 and OpenMetrics, each plain and gzip-encoded on first request). Concurrent
-scrapes of the same state then cost a memory copy, and no scrape waits for a poll. The server
-(http_server.py) reads requests on one event loop and answers them from worker threads, the
-telemetry path from workers of its own, so slow or idle clients cannot starve a scrape.
+the bytes (text 0.0.4 and OpenMetrics, each plain and gzip-encoded on first request), by
+exposition_format.py's renderer (prometheus_client's bytes, a label set's text made once).
+Concurrent scrapes of the same state then cost a memory copy, and no scrape waits for a poll.
+The server (http_server.py) reads requests on one event loop and answers them from worker
+threads, the telemetry path from workers of its own, so slow or idle clients cannot starve a scrape.
 Every answer says `nosniff`; the HTML ones carry a Content-Security-Policy.
 /sd/sglang lists the SGLang servers in Prometheus HTTP service-discovery format (built in
 targets.py), so the `sglang` scrape job targets exactly the servers the exporter polls: the URLs
@@ -30,6 +31,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as CONT
 from prometheus_client.openmetrics.exposition import generate_latest as render_openmetrics
 
 from sglang_obs import __version__
+from sglang_obs.exporter.exposition_format import Renderer, Unsupported
 from sglang_obs.exporter.http_server import Server
 from sglang_obs.exporter.targets import service_discovery
 
@@ -85,6 +87,8 @@ class Exposition:
         self._rendered: int | None = None
         self._bytes: dict[tuple[bool, bool], bytes] = {}
         self._families: _Families | None = None
+        self._renderer = Renderer()
+        self.fallback_renders = 0  # renders left to prometheus_client (Unsupported)
 
     def changed(self) -> None:
         """A source has new state. Cheap: the render happens at the next scrape."""
@@ -111,8 +115,17 @@ class Exposition:
             return self._bytes[key]
 
     def _render(self, openmetrics: bool) -> bytes:
-        render = render_openmetrics if openmetrics else render_text
-        return render(self._families)
+        families = self._families.collect()
+        try:
+            if openmetrics:
+                return self._renderer.openmetrics(families)
+            return self._renderer.text(families)
+        except Unsupported as err:
+            if not self.fallback_renders:
+                log.info("exposition: rendered by prometheus_client (%s)", err)
+            self.fallback_renders += 1
+            render = render_openmetrics if openmetrics else render_text
+            return render(self._families)
 
 
 def negotiate(accept: str, accept_encoding: str) -> tuple[bool, bool]:

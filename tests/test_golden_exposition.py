@@ -100,6 +100,14 @@ SERVERS = {
 
 
 def render(fake_sglang, tmp_path):
+    text = generate_latest(registry_of(fake_sglang, tmp_path)).decode()
+    return "".join(
+        line + "\n" for line in text.splitlines() if not NONDETERMINISTIC.match(line)
+    )
+
+
+def registry_of(fake_sglang, tmp_path) -> CollectorRegistry:
+    """The exporter's collectors over SERVERS, each polled three times."""
     pollers = []
     # The glance page's model, fed by the pollers as the exporter's CLI wires it; its page is
     # computed once after the polls (what it hides is exported).
@@ -149,10 +157,7 @@ def render(fake_sglang, tmp_path):
     registry.register(GuardedCollector([SGLangCollector(pollers, board), LogCollector([follower]),
                                         RequestCollector([records], model_of(pollers)),
                                         ContainerCollector(containers)]))
-    text = generate_latest(registry).decode()
-    return "".join(
-        line + "\n" for line in text.splitlines() if not NONDETERMINISTIC.match(line)
-    )
+    return registry
 
 
 def test_exposition_matches_golden_file(fake_sglang, request, tmp_path):
