@@ -201,6 +201,9 @@ def build_parser() -> OneLineParser:
                       "evaluation_interval, one recorded sample each)")
     snap.add_argument("--out", required=True,
                       help="folder to write the pack into (new, or empty)")
+    snap.add_argument("--no-charts", dest="charts", action="store_false",
+                      help="no PNG chart per server (the rest of the pack in under a second; "
+                      "drawing takes most of a snapshot's time)")
     snap.add_argument("--request-metrics-dir", metavar="DIR",
                       help="SGLang's --export-metrics-to-file directory (or a copy): add the "
                       "slowest requests of the window to the pack")
@@ -263,7 +266,7 @@ def _run(args: argparse.Namespace, s: settings.Settings) -> int:
         summary = take(args.prometheus, args.start, args.end, Path(args.out), args.instance,
                        args.step, alertmanager=args.alertmanager,
                        alerts_log=Path(args.alerts_log) if args.alerts_log else None,
-                       request_metrics_dir=args.request_metrics_dir, s=s)
+                       request_metrics_dir=args.request_metrics_dir, charts=args.charts, s=s)
         for server, found in summary["servers"].items():
             print(f"{server}: {' -> '.join(found['dominant']) or 'no bottleneck'}")
         for path in written(Path(args.out)):

@@ -129,6 +129,24 @@ def test_charts_are_drawn_and_the_report_links_them(incident):
     assert all(f"]({p.name})" in (out / "report.md").read_text() for p in pngs)
 
 
+def test_without_charts_the_pack_is_the_same_but_for_the_pictures(incident, tmp_path):
+    b, url, charted, _ = incident
+    out = tmp_path / "pack"
+    result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
+                             "--to", str(b.end), "--out", str(out), "--no-charts"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not list(out.glob("*.png"))
+    assert {p.name for p in out.iterdir()} == {p.name for p in charted.iterdir()
+                                                if p.suffix != ".png"}
+    for name in ("summary.json", "series.csv", pack.WINDOWS, pack.LOAD):
+        assert (out / name).read_bytes() == (charted / name).read_bytes(), name
+    report = (out / "report.md").read_text()
+    assert "## Charts\n\nNot drawn (`--no-charts`)." in report
+    assert report.split("## Charts")[0] == (charted / "report.md").read_text().split(
+        "## Charts")[0]
+
+
 def test_the_report_says_which_alerts_reached_a_receiver(incident):
     _, _, out, _ = incident
     summary = json.loads((out / "summary.json").read_text())

@@ -214,6 +214,15 @@ def glance_images(s: Settings) -> tuple[Files, Owned]:
         return _read_tree(Path(tmp), s.docs_dir / "images"), []
 
 
+def performance(s: Settings) -> tuple[Files, Owned]:
+    from sglang_obs.generate import performance as p
+
+    if s.checkout is None:
+        return {}, []
+    doc = s.docs_dir / p.DOC
+    return {doc: p.render(doc.read_text(), doc, s.checkout)}, []
+
+
 def readme(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import readme as r
 
@@ -258,6 +267,8 @@ PRODUCTS = (
             "exactly"),
     Product("glance-images", "docs/images/glance-*.png (Chromium screenshots)", glance_images,
             why_unchecked="Chromium screenshots"),
+    Product("performance", "docs/performance.md's measured blocks, from bench/results/*.json",
+            performance),
     Product("readme", "README.md's generated blocks", readme),
 )
 NAMES = tuple(p.name for p in PRODUCTS)

@@ -33,7 +33,6 @@ from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
 from sglang_obs.tools import alert_delivery as delivery
 from sglang_obs.tools import compare
-from sglang_obs.tools.charts import pyplot
 
 SCHEMA_VERSION = 1
 BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
@@ -272,7 +271,7 @@ def config_changes(prom: Prometheus, server: str, w: Window) -> dict:
 
 
 # -- the human side ------------------------------------------------------------------------
-def report(summary: dict, charts: list[str]) -> str:
+def report(summary: dict, charts: list[str] | None) -> str:
     w = summary["window"]
     lines = [f"# SGLang snapshot {w['from']} – {w['to']}", ""]
     firing = summary["alerts"]
@@ -349,7 +348,8 @@ def report(summary: dict, charts: list[str]) -> str:
                       + (f" on {a['labels']['instance']}" if a["labels"].get("instance") else "")
                       + f": {a['description']}." for a in group]
             lines += [""]
-    lines += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
+    lines += ["", "## Charts", ""] + ([f"![{c}]({c})" for c in charts] if charts is not None
+                                      else ["Not drawn (`--no-charts`)."])
     lines += ["", "Files: `series.csv` (per step and server), `summary.json`; `windows.json` and "
               "`load.json`, which `sglang-obs compare --before-pack` and `sglang-sim what-if "
               "--pack` read (docs/snapshot.md).", ""]
@@ -398,8 +398,9 @@ def alert_spans(alerts: list[dict], server: str) -> list[dict]:
 def figure(data: dict, server: str, window: Window, alerts: list[dict]):
     """The one chart of `server`: its state, the alerts that fired, then the evidence, on one
     wall-clock time axis over the window."""
-    plt = pyplot()
     from sglang_obs.tools import charts as c
+
+    plt = c.pyplot()
 
     spans = alert_spans(alerts, server)
     ratios = [0.9, max(0.8, 0.3 * len(spans) + 0.3)] + [1.6] * len(PANELS)
@@ -432,6 +433,8 @@ def figure(data: dict, server: str, window: Window, alerts: list[dict]):
 
 
 def charts(data: dict, out: Path, window: Window, alerts: list[dict]) -> list[str]:
+    from sglang_obs.tools.charts import pyplot
+
     plt = pyplot()
     written = []
     for server in data["servers"]:
@@ -484,7 +487,8 @@ def written(out: Path) -> list[Path]:
 def take(prometheus_url: str, start: str, end: str, out: Path,
          instances: list[str] | None = None, step: float | None = None, *,
          alertmanager: str | None = None, alerts_log: Path | None = None,
-         request_metrics_dir: str | None = None, s: Settings | None = None) -> dict:
+         request_metrics_dir: str | None = None, charts: bool = True,
+         s: Settings | None = None) -> dict:
     """Write the pack into `out` (a new or empty folder) and return its summary, sampled every
     `step` seconds (default: the evaluation interval of `s`). On failure `out` is left as it
     was found (removed when this call created it)."""
@@ -502,7 +506,7 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
     out, created = new_folder("--out", out)
     try:
         return _take(prometheus_url, window, out, instances, alertmanager, alerts_log,
-                     request_metrics_dir, s)
+                     request_metrics_dir, charts, s)
     except PrometheusError as err:
         restore_folder(out, created)
         raise SnapshotError(f"--prometheus: {err}") from None
@@ -520,7 +524,7 @@ def take(prometheus_url: str, start: str, end: str, out: Path,
 
 def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] | None,
           alertmanager: str | None, alerts_log: Path | None,
-          request_metrics_dir: str | None, s: Settings) -> dict:
+          request_metrics_dir: str | None, draw: bool, s: Settings) -> dict:
     prom = Prometheus(prometheus_url)
     step = window.step
     total = max(window.end - window.start, 1)
@@ -547,7 +551,7 @@ def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] |
                                                        data["servers"], s))
     pack.write(out, pack.LOAD, pack.load_document(prom, data["servers"], window.start,
                                                   window.end, window.step))
-    names = charts(data, out, window, summary["alerts"])
+    names = charts(data, out, window, summary["alerts"]) if draw else None
     text = report(summary, names)
     if request_metrics_dir:
         text += "\n" + "\n".join(requests_report(summary["requests"]))
