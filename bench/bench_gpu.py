@@ -2,15 +2,19 @@
 cycle for 8 fake H200 GPUs (every field supported, GPM on), and the scrape latency of the
 exporter's /metrics serving them.
 
-Run: .venv/bin/python bench/bench_gpu.py
+Run: .venv/bin/python bench/bench_gpu.py [--json bench/results/gpu.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
+import sys
 import time
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +29,8 @@ from sglang_obs.exporter.xid import XidWatcher  # noqa: E402
 from sglang_obs.simulator.fake_nvml import h200_machine  # noqa: E402
 
 
-def main() -> None:
+def run() -> dict:
+    load_at_start = os.getloadavg()
     nvml = h200_machine()
     backend = NvmlBackend(nvml)
     sampler = GpuSampler(backend, XidWatcher(nvml))
@@ -48,12 +53,46 @@ def main() -> None:
         urllib.request.urlopen(url, timeout=5).read()
         wall.append(time.perf_counter() - start)
     server.shutdown()
-    print(json.dumps({
+    return {
         "gpus": len(sampler.reading.gpus),
         "series": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#")),
-        "sampling_cycle_cpu_ms_median": statistics.median(cpu) * 1e3,
-        "scrape_ms_median": statistics.median(wall) * 1e3,
-    }, indent=2))
+        "cycles": len(cpu), "scrapes": len(wall),
+        "sampling_cycle_cpu_ms": {"min": min(cpu) * 1e3, "median": statistics.median(cpu) * 1e3},
+        "scrape_ms": {"min": min(wall) * 1e3, "median": statistics.median(wall) * 1e3},
+        "sample_interval_s": sampler.interval,
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                    "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
+                    "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(),
+                    "argv": sys.argv[1:]},
+    }
+
+
+def doc_block(r: dict) -> str:
+    m, cycle, scrape = r["machine"], r["sampling_cycle_cpu_ms"], r["scrape_ms"]
+    share = cycle["median"] / 1e3 / r["sample_interval_s"] * 100
+    return (f"Measured by `bench/bench_gpu.py {' '.join(m['argv'])}` on {m['date']}: "
+            f"{m['cpus']} CPUs, Python {m['python']}, 1-minute load average "
+            f"{m['loadavg_at_start'][0]:.1f} at the start and {m['loadavg'][0]:.1f} at the end; "
+            f"the fake NVML's {r['gpus']} H200 GPUs, every field supported (GPM on).\n\n"
+            "| what | min | median |\n|---|---|---|\n"
+            f"| CPU of one sampling cycle ({r['cycles']} cycles), ms | {cycle['min']:.2f} | "
+            f"{cycle['median']:.2f} (every {r['sample_interval_s']:g} s by default: "
+            f"{share:.2f} % of a core) |\n"
+            f"| `/metrics` serving the {r['gpus']} GPUs ({r['series']} series), a render before "
+            f"each of {r['scrapes']} loopback GETs, ms | {scrape['min']:.2f} | "
+            f"{scrape['median']:.2f} |\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results = run()
+    text = json.dumps(results, indent=1)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+    print(doc_block(results))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Each scrape is a raw-socket GET on a fresh connection, timed from connect to the
 answer checked (status 200 and the same body length as the quiet side). The sides alternate
 phase by phase in every round. Min, median and p99 per side, and each round's p99.
 
-Run: .venv/bin/python bench/bench_slow_clients.py [--rounds 5] [--scrapes 100] [--write-doc]
+Run: .venv/bin/python bench/bench_slow_clients.py [--rounds 5] [--scrapes 100] [--json FILE]
 """
 
 from __future__ import annotations
@@ -41,10 +41,8 @@ import contextlib
 from bench_exporter import require, summary
 
 from sglang_obs.core.connections import raise_fd_limit
-from sglang_obs.core.doc_blocks import replace_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "performance.md"
 HELD = 2000
 TARGET_P99_S = 0.100
 HELD_SIDES = ("quiet", "held")  # the sides the target is for
@@ -202,7 +200,7 @@ def run(rounds: int, scrapes: int) -> dict:
                              "reopened": reopened.get(name, 0)} for name in sides}}
 
 
-def markdown(r: dict) -> str:
+def doc_block(r: dict) -> str:
     rows = ["| /metrics scrape, ms | min | median | p99 | failed | connections the server "
             "closed (reopened) |", "|---|---|---|---|---|---|"]
     for name, s in r["sides"].items():
@@ -210,7 +208,8 @@ def markdown(r: dict) -> str:
                     f"{s['failed']} of {s['n']} | {s['reopened']:,} |")
     worst = max(s["p99"] for n, s in r["sides"].items() if n in HELD_SIDES)
     flood = r["sides"]["flood"]
-    return (f"Measured by `bench/bench_slow_clients.py --write-doc` on {r['date']} (Python "
+    return (f"Measured by `bench/bench_slow_clients.py {' '.join(r.get('argv', []))}` on "
+            f"{r['date']} (Python "
             f"{r['python']}, 1-minute load average {r['load_average_1m']:.1f} at the end): "
             f"{r['rounds']} rounds × {r['scrapes_per_side_per_round']} scrapes per side, a "
             f"{r['body_bytes']:,}-byte answer, {r['held']:,} connections held on the attacked "
@@ -228,15 +227,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--scrapes", type=int, default=100)
-    parser.add_argument("--write-doc", action="store_true",
-                        help="write the table into docs/performance.md")
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    result = run(args.rounds, args.scrapes)
-    print(json.dumps(result, indent=1))
-    text = markdown(result)
+    result = run(args.rounds, args.scrapes) | {"argv": sys.argv[1:]}
+    text = json.dumps(result, indent=1)
+    if args.json:
+        args.json.write_text(text + "\n")
     print(text)
-    if args.write_doc:
-        DOC.write_text(replace_blocks(DOC.read_text(), {"bench-slow-clients": text}, DOC))
+    print(doc_block(result))
     worst = max(s["p99"] for n, s in result["sides"].items() if n in HELD_SIDES)
     sys.exit(0 if worst <= TARGET_P99_S * 1000 and not any(
         s["failed"] for s in result["sides"].values()) else 1)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_exporter import (
     SCRAPE_HEADERS,
     TEXT_CONTENT_TYPE,
+    interleaved_cpu,
     realistic_exposition,
     require,
     scrape,
@@ -48,7 +49,7 @@ from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
 from sglang_obs.exporter.http_fetch import Response
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
 from sglang_obs.exporter.status import StatusBoard, load_classification
-from sglang_obs.exporter.status_page import GlancePages
+from sglang_obs.exporter.status_page import GlancePages, page, status_json
 from sglang_obs.exporter.web import Exposition, make_app, serve
 
 LOADS = json.dumps({"loads": [{
@@ -221,10 +222,50 @@ def bench_memory() -> dict:
             "ring_bytes": tracker.nbytes()}
 
 
-def markdown(r: dict) -> str:
-    s, m = r["scrapes"], r["memory"]
-    lines = [f"| /metrics scrape, {s['servers']} servers, renders each time | min | median |",
-             "|---|---|---|"]
+def bench_cost(servers: int, rounds: int, iterations: int, history: int) -> dict:
+    """CPU of one uncached /api/v1/status and one uncached / against one /metrics render (the
+    collect, the OpenMetrics render) of the same servers, interleaved call by call."""
+    metrics = realistic_exposition().encode()
+    pollers = [TargetPoller(f"http://10.0.0.{i}:30000", PollSettings(), fetcher=fetcher(metrics))
+               for i in range(servers)]
+    board = StatusBoard(load_classification(), poll_interval=1.0)
+    for poller in pollers:
+        poller.poll_once()
+        fill(board.add(poller.server), poller.snapshot, history)
+    registry = CollectorRegistry()
+    registry.register(GuardedCollector([SGLangCollector(pollers)]))
+    exposition = Exposition(registry)
+
+    def render():
+        exposition.changed()
+        return exposition.body(openmetrics=True, gzipped=False)
+
+    require(len(json.loads(status_json(board))["servers"]) == servers, "status lacks servers")
+    cost = {}
+    for name, call in (("status", lambda: status_json(board)),
+                       ("page", lambda: page(board, "/metrics", []))):
+        cost[name] = interleaved_cpu({name: call, "metrics_render": render}, rounds, iterations)
+    return {"servers": servers, "rounds": rounds, "iterations_per_round": iterations, **cost}
+
+
+PAGE_RATIO = 1.5  # an uncached /api/v1/status or / against one /metrics render
+
+
+def doc_block(r: dict) -> str:
+    s, m, c, mach = r["scrapes"], r["memory"], r["cost"], r["machine"]
+    lines = [f"Measured by `bench/bench_status_page.py {' '.join(mach['argv'])}` on "
+             f"{mach['date']}: {mach['cpus']} CPUs, Python {mach['python']}, 1-minute load "
+             f"average {mach['loadavg_at_start'][0]:.1f} at the start and "
+             f"{mach['loadavg'][0]:.1f} at the end.", "",
+             "| target | measured | |", "|---|---|---|"]
+    for name, what in (("status", "`/api/v1/status`"), ("page", "`/`")):
+        ratio = c[name]["ratio_median"]
+        lines.append(f"| {what}, uncached, ≤ {PAGE_RATIO:g}× one `/metrics` render "
+                     f"({c['servers']} servers) | {ratio:.1f}× ({c[name][name]['median_ms']:.1f} "
+                     f"ms against {c[name]['metrics_render']['median_ms']:.1f} ms) | "
+                     f"{'met' if ratio <= PAGE_RATIO else '**missed**'} |")
+    lines += ["", f"| /metrics scrape, {s['servers']} servers, renders each time | min | median |",
+              "|---|---|---|"]
     names = {"alone": "no page request", "viewers": "/api/v1/status once a second",
              "hammered": "/api/v1/status and / back to back"}
     for side, name in names.items():
@@ -238,7 +279,7 @@ def markdown(r: dict) -> str:
               f"| traced after 1 h of 1 s polls | {m['traced_bytes_after_1h']:,} |",
               f"| traced after 2 h | {m['traced_bytes_after_2h']:,} |",
               f"| of which ring arrays | {m['ring_bytes']:,} |"]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -246,19 +287,26 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--scrapes", type=int, default=40, help="scrapes per side per round")
+    parser.add_argument("--json", type=Path, help="also write the JSON results here")
     parser.add_argument("--history", type=int, default=3900,
                         help="seconds of 1 s polls each tracker holds (>= 1 h: full)")
     args = parser.parse_args()
     if args.rounds < 5:
         parser.error("--rounds: at least 5")
+    load_at_start = os.getloadavg()
     results = {"memory": bench_memory(),
+               "cost": bench_cost(args.servers, args.rounds, 5, args.history),
                "scrapes": bench_scrapes(args.servers, args.rounds, args.scrapes, args.history),
                "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                           "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                           "loadavg": os.getloadavg(), "argv": sys.argv[1:]}}
-    print(json.dumps(results, indent=2))
+                           "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
+                           "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(),
+                           "argv": sys.argv[1:]}}
+    text = json.dumps(results, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
     print()
-    print(markdown(results))
+    print(doc_block(results))
 
 
 if __name__ == "__main__":

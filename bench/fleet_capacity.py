@@ -16,11 +16,11 @@ their default intervals, 15 s SGLang and 5 s exporter, plus the shipper's own me
 Read from each store: active series (/api/v1/status/tsdb totalSeries and a count query),
 samples/s (vm_rows_inserted_total over the window), bytes on disk (vm_data_size_bytes, data and
 indexdb) per stored row (vm_rows) at the end; vmagent's and the exporter's RSS from /proc over
-the window. Results: JSON to --out (default bench/fleet_capacity.json), rewritten every
+the window. Results: JSON to --out (default bench/results/fleet_capacity.json), rewritten every
 --report-every seconds so a run cut short still leaves figures.
 
 Run: .venv/bin/python bench/fleet_capacity.py [--minutes 60] [--out FILE] [--shapes tp8,dp1]
-     .venv/bin/python bench/fleet_capacity.py --report bench/fleet_capacity.json   (the tables)
+     .venv/bin/python bench/fleet_capacity.py --report bench/results/fleet_capacity.json
 """
 
 from __future__ import annotations
@@ -262,10 +262,40 @@ def extrapolate(host: dict, hosts: int) -> dict:
             "vmagent_rss_gib": round(host["vmagent_rss_mib"]["max"] * hosts / 1024, 2)}
 
 
-def report(doc: dict) -> str:
-    """Markdown tables for docs/performance.md from a results file."""
-    lines = ["| shape | hosts | active series | samples/s | storage/day | vmagent RSS, all hosts |",
-             "|---|---|---|---|---|---|"]
+def doc_block(doc: dict) -> str:
+    """docs/performance.md's fleet-capacity tables, from a results file."""
+    hosts = {h["shape"]: h for h in doc["hosts"]}
+    shapes = list(hosts)
+    head = " | ".join(shapes)
+
+    def row(what: str, cell) -> str:
+        return f"| {what} | " + " | ".join(cell(hosts[s]) for s in shapes) + " |"
+
+    lines = [f"Measured by `bench/fleet_capacity.py --minutes {doc['minutes_planned']:g}` from "
+             f"{doc['started']} to {doc['updated']} (VictoriaMetrics "
+             f"{doc['versions']['victoria-metrics']}; 1-minute load average "
+             f"{doc['load_average'][0]:.1f} at the end), over "
+             + " and ".join(f"{h['window_seconds']:,} s ({s})" for s, h in hosts.items()) + ":",
+             "", f"| per host | {head} |", "|---|" + "---|" * len(shapes),
+             row("active series (count by job)", lambda h: f"**{h['active_series']:,}**")]
+    for job in sorted({j for h in doc["hosts"] for j in h["series_by_job"]}):
+        lines.append(row(f"… job `{job}`", lambda h, j=job: f"{h['series_by_job'].get(j, 0):,}"))
+    lines += [
+        row("samples/s (`vm_rows_inserted_total` over the window)",
+            lambda h: f"**{h['samples_per_second']:,.1f}**"),
+        row("bytes on disk per sample (data + indexdb, data only)",
+            lambda h: f"**{h['bytes_per_sample']:.2f}** ({h['bytes_per_sample_data_only']:.2f})"),
+        row("storage per day at that rate",
+            lambda h: f"{h['samples_per_second'] * 86400 * h['bytes_per_sample'] / 1e6:.1f} MB"),
+        row("vmagent RSS, max / median",
+            lambda h: f"**{h['vmagent_rss_mib']['max']:.1f} / "
+                      f"{h['vmagent_rss_mib']['median']:.1f} MiB**"),
+        row("exporter RSS, max", lambda h: f"{h['exporter_rss_mib_max']:.1f} MiB"),
+        row("the store's RSS, max (one host)",
+            lambda h: f"{h['victoria_metrics_rss_mib_max']:.1f} MiB"),
+        "", "Extrapolated linearly (one vmagent per host):", "",
+        "| shape | hosts | active series | samples/s | storage/day | vmagent RSS, all hosts |",
+        "|---|---|---|---|---|---|"]
     for host in doc["hosts"]:
         for n in FLEETS:
             e = extrapolate(host, n)
@@ -274,14 +304,21 @@ def report(doc: dict) -> str:
                          f"{e['vmagent_rss_gib']:,} GiB |")
     dcgm = DCGM_DEFAULT_FIELDS * GPUS_PER_HOST
     bps = min(h["bytes_per_sample"] for h in doc["hosts"])
-    lines += ["", "| dcgm-exporter default set | hosts | series | samples/s | storage/day |",
+    lines += ["", f"dcgm-exporter's default set beside it ({DCGM_DEFAULT_FIELDS} fields per GPU, "
+              f"scraped every {DCGM_SCRAPE_SECONDS} s, at the lowest measured {bps:.2f} "
+              "bytes/sample):", "",
+              "| dcgm-exporter default set | hosts | series | samples/s | storage/day |",
               "|---|---|---|---|---|"]
     for n in FLEETS:
         rate = dcgm / DCGM_SCRAPE_SECONDS * n
-        lines.append(f"| {DCGM_DEFAULT_FIELDS} fields x {GPUS_PER_HOST} GPUs | {n:,} | "
+        lines.append(f"| {DCGM_DEFAULT_FIELDS} fields × {GPUS_PER_HOST} GPUs | {n:,} | "
                      f"{dcgm * n:,} | {rate:,.1f} | "
                      f"{rate * 86400 * bps / 2 ** 30:,.3f} GiB |")
-    return "\n".join(lines)
+    sglang = {s: h["series_by_job"].get("sglang", 0) / h["active_series"] for s, h in hosts.items()}
+    lines += ["", "Most of a host's cost is SGLang's own /metrics: "
+              + ", ".join(f"{share:.0%} of the {s} host's series" for s, share in sglang.items())
+              + " (histograms per server)."]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -291,12 +328,12 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--warmup", type=float, default=120, help="seconds before the window")
     parser.add_argument("--shapes", default="tp8,dp1")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "fleet_capacity.json"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet_capacity.json"))
     parser.add_argument("--report-every", type=float, default=300)
     parser.add_argument("--keep", action="store_true", help="keep the working folder")
     args = parser.parse_args()
     if args.report:
-        print(report(json.loads(Path(args.report).read_text())))
+        print(doc_block(json.loads(Path(args.report).read_text())))
         return
     for binary in ("victoria-metrics", "vmagent"):
         if not shutil.which(binary):

@@ -99,7 +99,7 @@ def spark_path(values: list[float | None], kind: str = "count") -> str:
     """An SVG path, one x unit per point, y in SPARK_H units scaled to the largest value (0 at
     the bottom); gaps where None, and where a value cannot be shown as a `kind`
     (sglang_obs.core.shown: not finite, negative, absurd)."""
-    values = [shown.checked(v, kind) for v in values]
+    values = shown.checked_all(values, kind)
     top = max((v for v in values if v is not None), default=0.0)
     scale = (SPARK_H - 4) / (top if top > 0 else 1.0)
     bottom = SPARK_H - 2
@@ -183,7 +183,7 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
     for name in TREND_SERIES:
         values = srv["trends"][name]
         kind = _trend_kind(name)
-        seen = [v for v in values if v is not None and shown.why_hidden(v, kind) is None]
+        seen = [v for v in shown.checked_all(values, kind) if v is not None]
         paths[name] = spark_path(values, kind)
         peak = f"max {_trend_value(name, max(seen) if seen else None)}"
         if name in MINUTE_RATES:

@@ -125,6 +125,18 @@ def checked(value: object, kind: str = "count") -> float | None:
     return min(max(value, 0.0), 1.0) if kind == "ratio" else value
 
 
+def checked_all(values: list, kind: str = "count") -> list[float | None]:
+    """[checked(v, kind) for v in values], with one comparison per value when every value is
+    None or a float inside the bounds (a trend's 180 points, several per server per page)."""
+    low, high = BOUNDS[kind]
+    present = [v for v in values if v is not None]
+    if kind != "ratio" and {type(v) for v in present} <= {float} and (
+            not present or (math.isfinite(sum(present)) and low <= min(present)
+                            and max(present) <= high)):
+        return list(values)  # (a NaN or an infinity makes the sum so)
+    return [checked(v, kind) for v in values]
+
+
 def number(value: object, spec: str, kind: str = "count", suffix: str = "") -> str:
     """`value` formatted with the format `spec` (e.g. ",.0f", ".1%") followed by `suffix`, or
     DASH when it is None or cannot be shown as a `kind`."""
