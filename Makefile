@@ -26,12 +26,18 @@ generate: $(VENV)/.installed
 goldens:
 	$(PYTHON) conformance/generate.py
 
+# Each script writes bench/results/NAME.json; docs/performance.md's blocks are made from them.
+# bench/fleet_capacity.py (an hour a run) is left out: its JSON is committed.
+BENCH = bench/results
 bench: $(VENV)/.installed
-	$(PY) bench/bench_exporter.py
-	$(PY) bench/bench_log.py
-	$(PY) bench/bench_request_records.py --seconds 10 --repeats 1
-	$(PY) bench/bench_gpu.py
-	$(PY) bench/bench_status_page.py --rounds 5 --scrapes 20
+	$(PY) bench/bench_exporter.py --json $(BENCH)/exporter.json
+	$(PY) bench/bench_snapshot.py --json $(BENCH)/snapshot.json
+	$(PY) bench/bench_log.py --json $(BENCH)/log.json
+	$(PY) bench/bench_request_records.py --seconds 10 --repeats 1 --json $(BENCH)/request_records.json
+	$(PY) bench/bench_gpu.py --json $(BENCH)/gpu.json
+	$(PY) bench/bench_status_page.py --rounds 5 --scrapes 20 --json $(BENCH)/status_page.json
+	$(PY) bench/bench_slow_clients.py --json $(BENCH)/slow_clients.json
+	$(PY) -m sglang_obs.generate performance
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

@@ -222,6 +222,13 @@ _ITEM = re.compile(
 _ESCAPE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 
+# Label-set text of a kept line -> its raw label values (never changed once made: shared by the
+# samples that carry it); emptied when full.
+_LABEL_SETS: dict[str, dict[str, str]] = {}
+_LABEL_SETS_MAX = 4096
+_LABEL_SET_CACHED_MAX_CHARS = 512  # at most ~2 MiB of keys, whatever a server sends
+
+
 def _unescape(value: str) -> str:
     if "\\" not in value:
         return value
@@ -363,9 +370,13 @@ def _line(line: str, scan: _Scan, max_full: int, max_full_chars: int) -> bool:
             heavy = True
             if scan.full > max_full or scan.full_chars > max_full_chars:
                 return False
-            match = _LABEL_SET.match(line, i)
-            if match is not None:
-                end = match.end()
+            # A label set read before (the same ranks, every poll) is not read again.
+            end = line.rfind("}") + 1
+            labels = _LABEL_SETS.get(line[i:end])
+            if labels is None:
+                match = _LABEL_SET.match(line, i)
+                end = match.end() if match is not None else -1
+            if end > 0:
                 rest = line[end:]
                 try:
                     if "_" in rest:
@@ -374,9 +385,16 @@ def _line(line: str, scan: _Scan, max_full: int, max_full_chars: int) -> bool:
                 except ValueError:
                     value = _value(rest)
                 if value is not None:
-                    pairs = _PAIRS.findall(line, i, end)
-                    labels = dict(pairs)
-                    if len(labels) == len(pairs):
+                    if labels is None:
+                        pairs = _PAIRS.findall(line, i, end)
+                        labels = dict(pairs)
+                        if len(labels) != len(pairs):
+                            labels = None
+                        elif end - i <= _LABEL_SET_CACHED_MAX_CHARS:
+                            if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
+                                _LABEL_SETS.clear()
+                            _LABEL_SETS[line[i:end]] = labels
+                    if labels is not None:
                         scan.count += 1
                         scan.bits |= code
                         scan.kept.append((code, labels, value))

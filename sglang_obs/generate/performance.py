@@ -19,7 +19,13 @@ RESULTS = Path("bench") / "results"
 # Block name -> (script in bench/, its JSON in bench/results/)
 BENCHES = {
     "bench-exporter": ("bench_exporter.py", "exporter.json"),
+    "bench-snapshot": ("bench_snapshot.py", "snapshot.json"),
+    "bench-log": ("bench_log.py", "log.json"),
+    "bench-request-records": ("bench_request_records.py", "request_records.json"),
+    "bench-gpu": ("bench_gpu.py", "gpu.json"),
+    "bench-status-page": ("bench_status_page.py", "status_page.json"),
     "bench-slow-clients": ("bench_slow_clients.py", "slow_clients.json"),
+    "bench-fleet-capacity": ("fleet_capacity.py", "fleet_capacity.json"),
 }
 
 
