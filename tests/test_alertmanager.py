@@ -275,12 +275,16 @@ def test_a_resolved_alert_that_a_group_sends_again_is_logged_as_a_duplicate(live
         return [e for e in sink.received
                 if e["labels"]["alertname"] == name and e["status"] == status]
 
-    post(url, a, b)
+    # As Prometheus sends them: every post of an alert carries its activeAt as startsAt
+    # (without one Alertmanager takes the time it is sent, or its endsAt, and a re-sent
+    # "resolved" would be a new alert whenever the posts straddle a second).
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+    post_ended(url, None, a, b, starts_at=started)
     assert wait_for(lambda: lines(b["alertname"], "firing"), 15, interval=0.1)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    post_ended(url, now, a)  # the backlog is over: its "resolved", with b still firing
+    post_ended(url, now, a, starts_at=started)  # the backlog is over: its "resolved"; b fires
     assert wait_for(lambda: lines(a["alertname"], "resolved"), 15, interval=0.1)
-    post_ended(url, now, a, b)  # Prometheus re-sends a's "resolved"; b is over too
+    post_ended(url, now, a, b, starts_at=started)  # a's "resolved" again; b is over too
     assert wait_for(lambda: lines(b["alertname"], "resolved"), 15, interval=0.1)
     time.sleep(2)  # a flush that was going to come has come
     resolved = lines(a["alertname"], "resolved")
@@ -293,9 +297,13 @@ def test_a_resolved_alert_that_a_group_sends_again_is_logged_as_a_duplicate(live
         len(firing_b) - 1)
 
 
-def post_ended(url, ends_at, *alerts):
-    body = json.dumps([{"labels": labels, "annotations": {"summary": "test."},
-                        "endsAt": ends_at} for labels in alerts]).encode()
+def post_ended(url, ends_at, *alerts, starts_at=None):
+    """Posts `alerts` ended at `ends_at` (None: firing), started at `starts_at` if given."""
+    times = {"endsAt": ends_at} if ends_at else {}
+    if starts_at:
+        times["startsAt"] = starts_at
+    body = json.dumps([{"labels": labels, "annotations": {"summary": "test."}, **times}
+                       for labels in alerts]).encode()
     request = urllib.request.Request(url + "/api/v2/alerts", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
     assert urllib.request.urlopen(request, timeout=5).status == 200
