@@ -2,9 +2,11 @@
 
 One JSON object per finished request, `{"request_parameters": "<JSON string>", **meta_info}`
 (docs/request-records.md has the fields per release, verified in SGLang's source). Only numbers
-are read: `request_parameters` is never decoded here (it holds the prompt), the finish reason
-becomes one of FINISH_REASONS, and nothing else of a record's text is kept. `parse_record`
-never raises: a record it cannot use is a reason from REJECT_REASONS.
+are read: `request_parameters` holds the prompt and is not decoded (bar `max_new_tokens`, for
+the analyzer's slowest records: `read_params`, `request_parameters`); of a line in SGLang's
+layout only its meta_info is (`_meta`). The finish reason becomes one of FINISH_REASONS, and
+nothing else of a record's text is kept. `parse_record` and `parse_numbers` never raise: a
+record they cannot use is a reason from REJECT_REASONS.
 
 The prompt-length classes (PROMPT_CLASS_BOUNDS, the `request_classes` section of
 prometheus/thresholds.yml: a test keeps the two equal) are the only label these records add, a
@@ -76,7 +78,12 @@ TIMING_0_5_6 = ("request_sent_to_scheduler_ts", "prefill_finished_ts", "decode_f
 TIMING_LATER = ("api_server_dispatch_finish_ts", "request_finished_ts", "forward_entry_time",
                 "prefill_finished_time", "prefill_waiting_latency")
 
-_SCAN = json.JSONDecoder().scan_once
+# json's own scanner, without json.loads' wrapping (a third of the cost), that leaves a JSON
+# float as its text in bytes (no other JSON value becomes bytes): float() of it is what json
+# gives, for the few fields read, and the others cost no conversion (half of the scan).
+_SCAN = json.JSONDecoder(parse_float=str.encode).scan_once
+_scanstring = json.decoder.scanstring
+_bisect_right = bisect.bisect_right
 _PREFIX = b'{"request_parameters": "'
 _ID_KEY = b'", "id": '
 _SGLANG_RID = re.compile(r"[0-9a-f]{32}"
@@ -190,29 +197,44 @@ def _timestamp(value: object) -> float | None:
 _KNOWN_REASONS = frozenset(FINISH_REASONS[:3])
 
 
-def _finish_reason(value: object) -> str:
-    kind = value.get("type") if type(value) is dict else value
-    return kind if type(kind) is str and kind in _KNOWN_REASONS else "other"
+def _meta(line: bytes) -> dict | None:
+    """The meta_info of a line laid out as SGLang writes it, decoded alone, or None when the
+    line must be parsed whole. Its meta_info starts at the last `", "id": ` (a `"` after a
+    space cannot be inside a JSON string, so the prompt cannot fake it); what comes before is
+    the request_parameters string, not read. The result is what json.loads of the whole line
+    gives, less request_parameters, for every line whose request_parameters is a well-formed
+    JSON string: anything else is left to the whole-line parse (a meta_info that is not exactly
+    one JSON object to the end of the line, a second request_parameters key in it, or a record
+    cut off by another written after it on the same line)."""
+    if not line.startswith(_PREFIX):
+        return None
+    return _meta_at(line, 0, len(line))
+
+
+def _meta_at(buf: bytes, start: int, end: int) -> dict | None:
+    """_meta of buf[start:end], which starts with _PREFIX. Its floats are bytes (_SCAN)."""
+    cut = buf.rfind(_ID_KEY, start + len(_PREFIX), end)
+    if cut < 0:
+        return None
+    try:
+        text = "{" + buf[cut + 3:end].decode()
+        obj, stop = _SCAN(text, 0)
+    except (ValueError, StopIteration, RecursionError):
+        return None
+    if (stop != len(text) or type(obj) is not dict or "request_parameters" in obj
+            or buf.find(_PREFIX, start + len(_PREFIX), cut) >= 0):  # a cut record, then another
+        return None
+    return obj
 
 
 def _load(line: bytes) -> dict:
     """The record's meta_info (and whether request_parameters is a string), without decoding
-    request_parameters when the line is laid out as SGLang writes it: its meta_info starts at
-    the last `", "id": ` (a `"` after a space cannot be inside a JSON string, so the prompt
-    cannot fake it). Anything else is parsed whole."""
-    if line.startswith(_PREFIX):
-        cut = line.rfind(_ID_KEY)
-        if cut >= len(_PREFIX):
-            try:  # json's own scanner, without json.loads' wrapping (a third of the cost)
-                text = "{" + line[cut + 3:].decode("utf-8")
-                obj, end = _SCAN(text, 0)
-                if end != len(text) and not text[end:].isspace():
-                    obj = None
-            except (ValueError, StopIteration, RecursionError):
-                obj = None
-            if type(obj) is dict:
-                obj["request_parameters"] = ""  # a string, left unread
-                return obj
+    request_parameters when the line is laid out as SGLang writes it (`_meta`). Anything else
+    is parsed whole."""
+    obj = _meta(line)
+    if obj is not None:
+        obj["request_parameters"] = ""  # a string, left unread
+        return obj
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError):
@@ -230,7 +252,10 @@ class RecordReader(LineReader):
     meta_info (from the last `", "id": `) are handed out, as a record whose request_parameters
     is empty. The prompt's bytes stay in the chunk they were read into; a long-context record
     costs no more to cut than a short one. A line split across two chunks is kept whole until
-    its newline (at most `max_line` bytes)."""
+    its newline (at most `max_line` bytes).
+
+    `feed_spans` hands out where each line is instead, (buffer, start, end), for `parse_span`
+    (the analyzer), copying nothing."""
 
     __slots__ = ()
 
@@ -241,12 +266,21 @@ class RecordReader(LineReader):
     def _compact(buf: bytes, start: int, end: int) -> bytes:
         if buf.startswith(_PREFIX, start):
             cut = buf.rfind(_ID_KEY, start + len(_PREFIX), end)
-            if cut >= 0:
+            # Not a record cut off by another written after it on the same line (a writer that
+            # died mid-record, then the next one appending): that line is parsed whole.
+            if cut >= 0 and buf.find(_PREFIX, start + len(_PREFIX), cut) < 0:
                 return _PREFIX + buf[cut:end]
         return buf[start:end]
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        out: list[bytes] = []
+        compact = self._compact
+        return [compact(buf, start, end) for buf, start, end in self.feed_spans(chunk)]
+
+    def feed_spans(self, chunk: bytes) -> list[tuple[bytes, int, int]]:
+        """The chunk's complete lines (not empty, at most max_line bytes) as (buffer, start,
+        end): buffer[start:end], without its newline. The buffer is the chunk, or for a line
+        begun in an earlier chunk, that line."""
+        out: list[tuple[bytes, int, int]] = []
         start, size = 0, len(chunk)
         if self._skipping or self._partial:
             newline = chunk.find(b"\n")
@@ -265,17 +299,18 @@ class RecordReader(LineReader):
                 self.too_long += 1
             else:
                 line = bytes(self._partial) + chunk[:newline]
-                out.append(self._compact(line, 0, len(line)))
+                out.append((line, 0, len(line)))
             self._partial.clear()
             start = newline + 1
-        while (newline := chunk.find(b"\n", start)) >= 0:
-            if newline - start > self.max_line:
+        find, max_line, append = chunk.find, self.max_line, out.append
+        while (newline := find(b"\n", start)) >= 0:
+            if newline - start > max_line:
                 self.too_long += 1
             elif newline > start:
-                out.append(self._compact(chunk, start, newline))
+                append((chunk, start, newline))
             start = newline + 1
         if start < size:
-            if size - start > self.max_line:
+            if size - start > max_line:
                 self._skipping = True
                 self.too_long += 1
             else:
@@ -308,10 +343,81 @@ def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
     obj = json.loads(line) if read_params else _load(line)
     if not isinstance(obj, dict):
         raise Rejected("not_json")
-    get = obj.get
-    params = get("request_parameters")
+    params = obj.get("request_parameters")
     if type(params) is not str:
         raise Rejected("unknown_release")
+    n = _numbers(obj, params)
+    return Record(*n[:12], safe_request_id(n[12]) if keep_id else None,
+                  max_new_tokens(params) if read_params else None)
+
+
+# The tuple parse_numbers gives (the fields of Record, then the raw id and request_parameters).
+NUMBERS = ("prompt_tokens", "completion_tokens", "cached_tokens", "e2e_seconds", "ttft_seconds",
+           "queue_seconds", "tpot_seconds", "finish_reason", "prompt_class", "received_at",
+           "finished_at", "release", "id", "request_parameters")
+
+
+def parse_numbers(line: bytes) -> tuple | str:
+    """parse_record for a reader of many records (the analyzer): the same checks and numbers,
+    as a tuple in NUMBERS order instead of a Record, or the reason it cannot be used. Never
+    raises. `id` is the record's id as decoded (not made safe: `safe_request_id`);
+    `request_parameters` is None where the line is in SGLang's layout and it was left unread
+    (`_meta`; `request_parameters` reads it from the line), else the decoded string."""
+    try:
+        if len(line) > MAX_RECORD_BYTES:
+            return "too_long"
+        if line[:1].isspace() or line[-1:].isspace():  # a copy only when there is any
+            line = line.strip()
+        obj = _meta(line)
+        if obj is not None:
+            return _numbers(obj, None)
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return "not_json"
+        if not isinstance(obj, dict):
+            return "not_json"
+        params = obj.get("request_parameters")
+        if type(params) is not str:
+            return "unknown_release"
+        return _numbers(obj, params)
+    except Rejected as r:
+        return r.reason
+    except Exception:  # a reader of hostile input must survive anything
+        return "not_json"
+
+
+def parse_span(buf: bytes, start: int, end: int) -> tuple | str:
+    """parse_numbers(buf[start:end]) (a span of RecordReader.feed_spans), without copying the
+    line: only its meta_info is decoded, from where it lies."""
+    if end - start <= MAX_RECORD_BYTES and buf.startswith(_PREFIX, start):
+        # _meta_at, inline: one call less per record (a tenth of the analyzer's time on short
+        # records)
+        cut = buf.rfind(_ID_KEY, start + len(_PREFIX), end)
+        if cut >= 0:
+            try:
+                text = "{" + buf[cut + 3:end].decode()
+                obj, stop = _SCAN(text, 0)
+            except (ValueError, StopIteration, RecursionError):
+                obj = None
+            if (obj is not None and stop == len(text) and type(obj) is dict
+                    and "request_parameters" not in obj
+                    and buf.find(_PREFIX, start + len(_PREFIX), cut) < 0):
+                try:
+                    return _numbers(obj, None)
+                except Rejected as r:
+                    return r.reason
+                except Exception:  # a reader of hostile input must survive anything
+                    return "not_json"
+    return parse_numbers(buf[start:end])  # stripped, parsed whole where it must be
+
+
+def _numbers(obj: dict, params: str | None) -> tuple:
+    """The checks and numbers of a decoded record whose request_parameters is a string (NUMBERS
+    order); raises Rejected. The common case of each field (a number of the right type in
+    range) is tested inline; anything else goes to the field's own check, which raises the
+    reason, so the first failing check, in this order, names it."""
+    get = obj.get
     old = ("prefill_finished_ts" in obj or "decode_finished_ts" in obj
            or "request_sent_to_scheduler_ts" in obj or "prefill_launch_delay" in obj)
     later = ("prefill_finished_time" in obj or "request_finished_ts" in obj
@@ -320,20 +426,57 @@ def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
     if old and later:
         raise Rejected("unknown_release")
     release = "0.5.6" if old else "later" if later else "untimed"
-    prompt = _tokens(get("prompt_tokens"), required=True)
-    e2e = _duration(get("e2e_latency"), required=True)
-    completion = _tokens(get("completion_tokens")) or 0
-    cached = _tokens(get("cached_tokens")) or 0
+    prompt = get("prompt_tokens")
+    if type(prompt) is not int or prompt < 0 or prompt > MAX_TOKENS:
+        prompt = _tokens(prompt, required=True)
+    e2e = get("e2e_latency")
+    if type(e2e) is bytes:  # a JSON float, as _SCAN leaves it
+        e2e = float(e2e)
+        if not 0.0 <= e2e <= MAX_SECONDS:  # NaN fails both
+            e2e = _duration(e2e, required=True)
+    elif type(e2e) is not float or not 0.0 <= e2e <= MAX_SECONDS:
+        e2e = _duration(e2e, required=True)
+    completion = get("completion_tokens")
+    if type(completion) is not int or completion < 0 or completion > MAX_TOKENS:
+        completion = _tokens(completion) or 0
+    cached = get("cached_tokens")
+    if type(cached) is not int or cached < 0 or cached > MAX_TOKENS:
+        cached = _tokens(cached) or 0
     if cached > prompt:
         raise Rejected("out_of_range")
-    queue = _duration(get("queue_time"))
-    received = _timestamp(get("request_received_ts"))
+    queue = get("queue_time")
+    if type(queue) is bytes:
+        queue = float(queue)
+        if not 0.0 <= queue <= MAX_SECONDS:
+            queue = _duration(queue)
+    elif queue is not None and (type(queue) is not float or not 0.0 <= queue <= MAX_SECONDS):
+        queue = _duration(queue)
+    received = get("request_received_ts")
+    if type(received) is bytes:
+        received = float(received)
+        if not 0.0 <= received <= MAX_TIMESTAMP:
+            received = _timestamp(received)
+    elif received is not None and (type(received) is not float
+                                   or not 0.0 <= received <= MAX_TIMESTAMP):
+        received = _timestamp(received)
     if old:
-        first, finished = (_timestamp(get("prefill_finished_ts")),
-                           _timestamp(get("decode_finished_ts")))
+        first, finished = get("prefill_finished_ts"), get("decode_finished_ts")
     else:
-        first, finished = (_timestamp(get("prefill_finished_time")),
-                           _timestamp(get("request_finished_ts")))
+        first, finished = get("prefill_finished_time"), get("request_finished_ts")
+    if type(first) is bytes:
+        first = float(first)
+        if not 0.0 <= first <= MAX_TIMESTAMP:
+            first = _timestamp(first)
+    elif first is not None and (type(first) is not float
+                                or not 0.0 <= first <= MAX_TIMESTAMP):
+        first = _timestamp(first)
+    if type(finished) is bytes:
+        finished = float(finished)
+        if not 0.0 <= finished <= MAX_TIMESTAMP:
+            finished = _timestamp(finished)
+    elif finished is not None and (type(finished) is not float
+                                   or not 0.0 <= finished <= MAX_TIMESTAMP):
+        finished = _timestamp(finished)
     ttft = None
     if received is not None and first is not None:
         ttft = first - received
@@ -341,21 +484,51 @@ def _parse(line: bytes, keep_id: bool, read_params: bool) -> Record:
             raise Rejected("negative")
         if ttft > e2e * 1.01 + 0.05:
             raise Rejected("out_of_range")
-        ttft = min(ttft, e2e)
+        if ttft > e2e:
+            ttft = e2e
     if queue is not None and ttft is not None and queue > ttft * 1.01 + 0.05:
         raise Rejected("out_of_range")
-    reason = _finish_reason(get("finish_reason"))
+    reason = get("finish_reason")
+    if type(reason) is dict:
+        reason = reason.get("type")
+    if type(reason) is not str or reason not in _KNOWN_REASONS:
+        reason = "other"
     tpot = None
     if ttft is not None and completion > 1 and (reason == "stop" or reason == "length"):
         tpot = (e2e - ttft) / (completion - 1)
     if finished is None and received is not None:
         finished = received + e2e
-    max_new = None
-    if read_params and len(params) <= MAX_PARAMS_CHARS:
-        max_new = _max_new_tokens(params)
-    return Record(prompt, completion, cached, e2e, ttft, queue, tpot, reason,
-                  prompt_class(prompt), received, finished, release,
-                  safe_request_id(get("id")) if keep_id else None, max_new)
+    return (prompt, completion, cached, e2e, ttft, queue, tpot, reason,
+            PROMPT_CLASSES[_bisect_right(PROMPT_CLASS_BOUNDS, prompt)], received,
+            finished, release, get("id"), params)
+
+
+def request_parameters(line: bytes, max_chars: int | None = None) -> str | None:
+    """The request_parameters string of a record line that parse_numbers read in SGLang's
+    layout (everything between `{"request_parameters": "` and the last `", "id": `), decoded as
+    the JSON string it must be; None if it is not one, or if it is longer than max_chars
+    characters (not decoded when its bytes say so: a character is at most 12 of them, an
+    escaped surrogate pair). For the few records whose max_new_tokens is shown."""
+    line = line.strip()
+    cut = line.rfind(_ID_KEY)
+    if not line.startswith(_PREFIX) or cut < len(_PREFIX):
+        return None
+    if max_chars is not None and cut - len(_PREFIX) > 12 * max_chars:
+        return None
+    try:
+        text = line[len(_PREFIX) - 1:cut + 1].decode("utf-8", "surrogatepass")
+        value, end = _scanstring(text, 1)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if end != len(text) or (max_chars is not None and len(value) > max_chars):
+        return None
+    return value
+
+
+def max_new_tokens(params: str) -> int | None:
+    """`sampling_params.max_new_tokens` of a request_parameters string of at most
+    MAX_PARAMS_CHARS characters (a longer one is not decoded): a number, or None."""
+    return _max_new_tokens(params) if len(params) <= MAX_PARAMS_CHARS else None
 
 
 def _max_new_tokens(params: str) -> int | None:

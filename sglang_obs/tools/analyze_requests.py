@@ -2,7 +2,9 @@
 the request-record files SGLang writes with `--export-metrics-to-file`.
 
 Reads records (plain or gzipped files, or a directory of hourly `sglang-request-metrics-*.log`
-files, oldest first) with the exporter's own parser (sglang_obs.exporter.request_records), and
+files, oldest first) with the exporter's own reader and parser (sglang_obs.exporter.
+request_records: of a record in SGLang's layout only its meta_info is decoded, where it lies in
+the read buffer; its request_parameters only for the slowest N, for max_new_tokens), and
 reports per prompt-length class: requests, TTFT p50/p95, queue p95, e2e p95, TPOT p50 and the
 cached share of prompt tokens; then the slowest N requests (by TTFT, e2e where a record has no
 timing fields) with their token counts and stage times: queue, prefill (TTFT - queue), decode
@@ -29,6 +31,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import repeat
+from operator import truediv
 from pathlib import Path
 
 from sglang_obs.core.safe_files import (
@@ -39,13 +43,18 @@ from sglang_obs.core.safe_files import (
     resolve_within,
 )
 from sglang_obs.exporter.request_records import (
+    MAX_PARAMS_CHARS,
     MAX_RECORD_BYTES,
     PROMPT_CLASS_BOUNDS,
     PROMPT_CLASSES,
     Record,
-    parse_record,
+    RecordReader,
+    max_new_tokens,
+    parse_numbers,
+    parse_span,
+    request_parameters,
+    safe_request_id,
 )
-from sglang_obs.exporter.sglang_log import LineReader
 from sglang_obs.tools.analyze_log import (
     RefusedFile,
     UnreadableLog,
@@ -57,36 +66,46 @@ from sglang_obs.tools.analyze_log import (
 SCHEMA_VERSION = 1
 TOP = 10
 GROWTH = 1.01  # quantile bucket width: values within 1 %
+SPAN_BYTES = 256 * 1024  # lines handed to read_spans at once: at most 128K spans (~16 MB)
 FILE_GLOBS = ("sglang-request-metrics-*.log", "sglang-request-metrics-*.log.gz")
 CSV_COLUMNS = ("minute", "prompt_class", "requests", "ttft_p50_seconds", "ttft_p95_seconds",
                "queue_p95_seconds", "e2e_p95_seconds", "tpot_p50_seconds", "cached_share")
 
 
+_ZERO = -10**9  # the bucket of values <= 1e-9
+_LN_GROWTH = math.log(GROWTH)  # math.log(v, GROWTH) is math.log(v) / this, bit for bit
+_ABOVE_ZERO = (1e-9).__lt__  # v > 1e-9: not in the _ZERO bucket
+_BRACE = ord("{")
+
+
 class Quantiles:
     """Counts in log-spaced buckets GROWTH wide: any quantile to within 1 %, bounded memory."""
 
-    __slots__ = ("counts", "n")
+    __slots__ = ("counts",)
 
     def __init__(self):
         self.counts: Counter = Counter()
-        self.n = 0
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts.values())
 
     def add(self, value: float) -> None:
-        self.counts[-10**9 if value <= 1e-9 else math.floor(math.log(value, GROWTH))] += 1
-        self.n += 1
+        self.counts[_ZERO if value <= 1e-9 else math.floor(math.log(value) / _LN_GROWTH)] += 1
 
     def quantile(self, q: float) -> float | None:
-        if not self.n:
+        n = self.n
+        if not n:
             return None
-        rank, seen = q * (self.n - 1), 0
+        rank, seen = q * (n - 1), 0
         for key in sorted(self.counts):
             seen += self.counts[key]
             if seen > rank:
-                return 0.0 if key == -10**9 else GROWTH ** (key + 0.5)
+                return 0.0 if key == _ZERO else GROWTH ** (key + 0.5)
         return None  # not reached
 
 
-@dataclass
+@dataclass(slots=True)
 class ClassStats:
     requests: int = 0
     prompt_tokens: int = 0
@@ -97,14 +116,37 @@ class ClassStats:
     tpot: Quantiles = field(default_factory=Quantiles)
 
     def add(self, r: Record) -> None:
+        self.add_numbers(r.prompt_tokens, r.cached_tokens, r.e2e_seconds, r.ttft_seconds,
+                         r.queue_seconds, r.tpot_seconds)
+
+    def add_numbers(self, prompt: int, cached: int, e2e: float, ttft: float | None,
+                    queue: float | None, tpot: float | None) -> None:
         self.requests += 1
-        self.prompt_tokens += r.prompt_tokens
-        self.cached_tokens += r.cached_tokens
-        self.e2e.add(r.e2e_seconds)
-        for hist, value in ((self.ttft, r.ttft_seconds), (self.queue, r.queue_seconds),
-                            (self.tpot, r.tpot_seconds)):
-            if value is not None:
-                hist.add(value)
+        self.prompt_tokens += prompt
+        self.cached_tokens += cached
+        log, floor = math.log, math.floor
+        self.e2e.counts[_ZERO if e2e <= 1e-9 else floor(log(e2e) / _LN_GROWTH)] += 1
+        if ttft is not None:
+            self.ttft.counts[_ZERO if ttft <= 1e-9 else floor(log(ttft) / _LN_GROWTH)] += 1
+        if queue is not None:
+            self.queue.counts[_ZERO if queue <= 1e-9 else floor(log(queue) / _LN_GROWTH)] += 1
+        if tpot is not None:
+            self.tpot.counts[_ZERO if tpot <= 1e-9 else floor(log(tpot) / _LN_GROWTH)] += 1
+
+    def add_batch(self, prompts: list[int], cached: list[int], e2e: list[float],
+                  ttft: list[float], queue: list[float], tpot: list[float]) -> None:
+        """add_numbers for many records at once (one e2e each), counted in C: the same counts."""
+        self.requests += len(e2e)
+        self.prompt_tokens += sum(prompts)
+        self.cached_tokens += sum(cached)
+        for quantiles, values in ((self.e2e, e2e), (self.ttft, ttft), (self.queue, queue),
+                                  (self.tpot, tpot)):
+            if values:
+                above = list(filter(_ABOVE_ZERO, values))
+                if len(above) < len(values):
+                    quantiles.counts[_ZERO] += len(values) - len(above)
+                quantiles.counts.update(map(math.floor, map(
+                    truediv, map(math.log, above), repeat(_LN_GROWTH))))
 
     def doc(self) -> dict:
         return {
@@ -125,9 +167,17 @@ def _slowness(r: Record) -> float:
 
 @dataclass
 class Analysis:
+    """The report's figures, fed records one by one (`feed`, a parse_record result: the whole
+    line decoded) or as the request-record reader cuts them (`read_spans`: parse_span, the
+    exporter's reading, which leaves a record's request_parameters unread and reads
+    max_new_tokens only for the records that enter the slowest; the same report for the same
+    records, tests/test_analyze_requests_paths.py). per_minute: keep the per-minute table
+    (--csv) too."""
+
     top: int = TOP
     start: float | None = None  # only records finished in [start, end] (the snapshot's window)
     end: float | None = None
+    per_minute: bool = True
     files: list[str] = field(default_factory=list)
     records: int = 0
     rejected: Counter = field(default_factory=Counter)
@@ -153,13 +203,98 @@ class Analysis:
         if at is not None:
             self.first = at if self.first is None else min(self.first, at)
             self.last = at if self.last is None else max(self.last, at)
-            minute = int(at // 60 * 60)
-            self.minutes.setdefault((minute, parsed.prompt_class), ClassStats()).add(parsed)
+            if self.per_minute:
+                self._minute(int(at // 60 * 60), parsed.prompt_class).add(parsed)
         item = (_slowness(parsed), self.records, parsed)
         if len(self._slowest) < self.top:
             heapq.heappush(self._slowest, item)
         elif self.top:
             heapq.heappushpop(self._slowest, item)
+
+    def _minute(self, minute: int, cls: str) -> ClassStats:
+        stats = self.minutes.get((minute, cls))
+        if stats is None:
+            stats = self.minutes[(minute, cls)] = ClassStats()
+        return stats
+
+    def read_spans(self, spans: list[tuple[bytes, int, int]]) -> None:
+        """Records where RecordReader.feed_spans found them: the same as
+        `feed(parse_record(buf[start:end], keep_id=True, read_params=True))` for each, without
+        a copy of the line, nor a Record (or the prompt's decoding) for a record that is not
+        among the slowest."""
+        rejected, classes, heap, top = self.rejected, self.classes, self._slowest, self.top
+        # The by-class figures of these records: their values, counted at the end in C
+        # (ClassStats.add_batch), lists of at most as many values as the spans hold lines.
+        batch = {cls: ([], [], [], [], [], []) for cls in classes}
+        windowed = self.start is not None or self.end is not None
+        per_minute = self.per_minute
+        records = self.records
+        first = math.inf if self.first is None else self.first
+        last = -math.inf if self.last is None else self.last
+        # A record enters the slowest when its slowness is at least this (heappushpop lets a
+        # record in when its (slowness, order) is above the least one's, and its order is the
+        # latest): any while there are fewer than `top`, none with top 0.
+        least = -math.inf if len(heap) < top else heap[0][0] if top else math.inf
+        brace = _BRACE
+        try:
+            for buf, start, end in spans:
+                if buf[start] == brace:
+                    n = parse_span(buf, start, end)
+                else:  # not in SGLang's layout: parsed whole
+                    line = buf[start:end]
+                    if line.isspace():
+                        continue  # a blank line: not a record
+                    n = parse_numbers(line)
+                if type(n) is str:
+                    rejected[n] += 1
+                    continue
+                (prompt, completion, cached, e2e, ttft, queue, tpot, reason, cls, received,
+                 at, release, rid, params) = n
+                if windowed and self._outside(at):
+                    self.outside += 1
+                    continue
+                records += 1
+                prompts, cacheds, e2es, ttfts, queues, tpots = batch[cls]
+                prompts.append(prompt)
+                cacheds.append(cached)
+                e2es.append(e2e)
+                if ttft is not None:
+                    ttfts.append(ttft)
+                    slowness = ttft
+                else:
+                    slowness = e2e
+                if queue is not None:
+                    queues.append(queue)
+                if tpot is not None:
+                    tpots.append(tpot)
+                if at is not None:
+                    if at < first:
+                        first = at
+                    if at > last:
+                        last = at
+                    if per_minute:
+                        self._minute(int(at // 60 * 60), cls).add_numbers(
+                            prompt, cached, e2e, ttft, queue, tpot)
+                if slowness >= least:
+                    if params is None:  # left unread: from the line
+                        params = request_parameters(buf[start:end], MAX_PARAMS_CHARS)
+                    item = (slowness, records, Record(
+                        prompt, completion, cached, e2e, ttft, queue, tpot, reason, cls,
+                        received, at, release, safe_request_id(rid),
+                        None if params is None else max_new_tokens(params)))
+                    if len(heap) < top:
+                        heapq.heappush(heap, item)
+                    else:
+                        heapq.heappushpop(heap, item)
+                    if len(heap) >= top:
+                        least = heap[0][0]
+        finally:
+            self.records = records
+            self.first = None if first == math.inf else first
+            self.last = None if last == -math.inf else last
+            for cls, values in batch.items():
+                if values[2]:
+                    classes[cls].add_batch(*values)
 
     def _outside(self, at: float | None) -> bool:
         if self.start is None and self.end is None:
@@ -183,6 +318,8 @@ class Analysis:
         }
 
     def per_minute_rows(self) -> Iterator[list]:
+        if not self.per_minute:
+            raise ValueError("per_minute_rows of an Analysis made without per_minute")
         for (minute, cls) in sorted(self.minutes, key=lambda k: (k[0],
                                                                  PROMPT_CLASSES.index(k[1]))):
             d = self.minutes[(minute, cls)].doc()
@@ -288,25 +425,29 @@ def read(inputs: Iterable[Input], analysis: Analysis) -> Analysis:
             analysis.skipped.append(str(err))  # one odd file of a directory: the others
             continue
         analysis.files.append(str(item.path))
-        reader = LineReader(MAX_RECORD_BYTES)
+        # The exporter's reader: a record's prompt is not copied out of the chunk it was read
+        # into, nor decoded (bar max_new_tokens of the slowest); a line over MAX_RECORD_BYTES
+        # is skipped unread. Memory: a chunk, one line, the spans of SPAN_BYTES of lines, the
+        # buckets and the slowest.
+        reader = RecordReader(MAX_RECORD_BYTES)
         for chunk in read_chunks(raw, item.path):
             before = reader.too_long
-            for line in reader.feed(chunk):
-                if line.strip():
-                    analysis.feed(parse_record(line, keep_id=True, read_params=True))
+            for at in range(0, len(chunk), SPAN_BYTES):
+                analysis.read_spans(reader.feed_spans(chunk[at:at + SPAN_BYTES]))
             if reader.too_long != before:
                 analysis.rejected["too_long"] += reader.too_long - before
         last = reader.finish()
-        if last is not None and last.strip():
-            analysis.feed(parse_record(last, keep_id=True, read_params=True))
+        if last is not None:
+            analysis.read_spans([(last, 0, len(last))])
     return analysis
 
 
 def analyze(args: Iterable[str], top: int = TOP, start: float | None = None,
-            end: float | None = None) -> Analysis:
+            end: float | None = None, per_minute: bool = True) -> Analysis:
     """Raises UnreadableLog for a file named that cannot be read; a file of a directory that
-    cannot be is left out and listed in the result's `skipped`."""
-    analysis = Analysis(top=top, start=start, end=end)
+    cannot be is left out and listed in the result's `skipped`. per_minute: also the per-minute
+    table (`per_minute_rows`, --csv)."""
+    analysis = Analysis(top=top, start=start, end=end, per_minute=per_minute)
     return read(expand(args, analysis.skipped), analysis)
 
 
@@ -366,7 +507,7 @@ def text_report(doc: dict) -> str:
 def main(files: list[str], as_json: bool, csv_out: str | None, top: int) -> int:
     name = "sglang-obs analyze-requests"
     try:
-        result = analyze(files, top=top)
+        result = analyze(files, top=top, per_minute=csv_out is not None)
     except UnreadableLog as err:
         print(f"{name}: {err}", file=sys.stderr)
         return 1
