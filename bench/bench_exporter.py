@@ -526,12 +526,15 @@ def free_port() -> int:
 
 def polls_state(port: int) -> dict:
     """Sum of sglang_obs_polls_total, servers up, poll errors (text format, no gzip). `at` is
-    when the request went out: the exporter reads the snapshots first, then renders."""
-    at = time.monotonic()
+    the newest poll's time in the answer (the exporter renders at most every
+    RENDER_INTERVAL_S: the answer may be that much older than the request)."""
     _, body, headers = scrape(port, {"Accept": "text/plain;version=0.0.4"}, SCRAPE_TIMEOUT * 3)
     polls = errors = up = 0.0
     polled = 0
+    at = -math.inf
     for line in _decoded(body, headers).decode().splitlines():
+        if line.startswith("sglang_obs_last_poll_success_timestamp_seconds{"):
+            at = max(at, float(line.rsplit(" ", 1)[1]))
         if line.startswith("sglang_obs_polls_total{"):
             polls += float(line.rsplit(" ", 1)[1])
             polled += float(line.rsplit(" ", 1)[1]) >= 1

@@ -44,7 +44,13 @@ from sglang_obs.exporter.request_records import RequestStats
 from sglang_obs.exporter.status import StatusBoard, ThresholdsError, load_classification
 from sglang_obs.exporter.status_page import GlancePages
 from sglang_obs.exporter.targets import base_url, server_label
-from sglang_obs.exporter.web import Exposition, make_app, parse_listen_address, serve
+from sglang_obs.exporter.web import (
+    RENDER_INTERVAL_S,
+    Exposition,
+    make_app,
+    parse_listen_address,
+    serve,
+)
 from sglang_obs.exporter.xid import XidWatcher
 
 log = logging.getLogger("sglang_obs.exporter")
@@ -389,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     stop = threading.Event()
     registry = CollectorRegistry()
-    exposition = Exposition(registry)
+    exposition = Exposition(registry, RENDER_INTERVAL_S)
     changed = exposition.changed  # every source calls it after a cycle that may change state
 
     def then_changed(cycle):

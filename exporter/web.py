@@ -1,7 +1,8 @@
 """HTTP side: the glance page at / (or a plain landing page), the exposition at the telemetry
 path, and /sd/sglang.
 
-The exposition is rendered once per change of what it shows, not once per scrape: sources call
+The exposition is rendered once per change of what it shows (at most once per
+RENDER_INTERVAL_S in the exporter), not once per scrape: sources call
 `Exposition.changed()` after each cycle, and the next scrape renders the families once and keeps
 the bytes (text 0.0.4 and OpenMetrics, each plain and gzip-encoded on first request), by
 exposition_format.py's renderer (prometheus_client's bytes, a label set's text made once).
@@ -22,7 +23,9 @@ import gzip
 import html
 import itertools
 import logging
+import math
 import threading
+import time
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -64,6 +67,10 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 
 
 GZIP_LEVEL = 6  # ~the size of level 9 at a third of the CPU
+# With many servers the state changes at every poll, hundreds of times a second, and scrapers
+# back to back would render at every scrape, taking the interpreter from the polls: the exporter
+# renders at most this often, so what a scrape shows is at most this much older than the pollers.
+RENDER_INTERVAL_S = 0.25
 
 
 class _Families:
@@ -79,8 +86,12 @@ class _Families:
 class Exposition:
     """The registry's exposition as bytes, rendered at most once per `changed()`."""
 
-    def __init__(self, registry: CollectorRegistry):
+    def __init__(self, registry: CollectorRegistry, min_render_interval: float = 0.0):
         self._registry = registry
+        # Renders at most this often: a scrape within it of the last render takes those bytes
+        # though a poll changed the state since (the exporter's own: RENDER_INTERVAL_S).
+        self._min_interval = min_render_interval
+        self._rendered_at = -math.inf
         self._lock = threading.Lock()
         self._changes = itertools.count(1)
         self._generation = 0
@@ -100,8 +111,10 @@ class Exposition:
             # A scrape that waited behind a render of a state at least as new as the one it
             # arrived to takes those bytes: with many pollers the state changes many times a
             # second, and re-rendering for each waiting scrape would queue them up.
-            if self._rendered is None or self._rendered < arrived:
-                self._rendered = self._generation
+            now = time.monotonic()
+            if self._rendered is None or (self._rendered < arrived and
+                                          now - self._rendered_at >= self._min_interval):
+                self._rendered, self._rendered_at = self._generation, now
                 self._bytes.clear()
                 self._families = _Families(list(self._registry.collect()))
             key = (openmetrics, gzipped)

@@ -163,3 +163,25 @@ def test_scrapes_queued_behind_a_render_take_its_bytes_while_the_state_keeps_cha
     # One render for the first scrape, at most one more for those that arrived during it
     # (each scrape rendering again would be 10).
     assert collector.collects <= 3
+
+
+def test_a_render_serves_the_scrapes_of_its_interval_then_the_next_state_renders(monkeypatch):
+    import sglang_obs.exporter.web as web
+
+    collector = CountingCollector()
+    registry = CollectorRegistry()
+    registry.register(collector)
+    clock = [100.0]
+    monkeypatch.setattr(web.time, "monotonic", lambda: clock[0])
+    exposition = Exposition(registry, min_render_interval=web.RENDER_INTERVAL_S)
+    first = exposition.body(False, False)
+    exposition.changed()  # a poll, within the interval of the render
+    clock[0] += web.RENDER_INTERVAL_S / 2
+    assert exposition.body(False, False) == first
+    assert collector.collects == 1
+    clock[0] += web.RENDER_INTERVAL_S / 2  # the interval is over: the change renders
+    assert exposition.body(False, False) != first
+    assert collector.collects == 2
+    clock[0] += 10 * web.RENDER_INTERVAL_S  # no change since: nothing to render
+    exposition.body(False, False)
+    assert collector.collects == 2
