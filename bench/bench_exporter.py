@@ -59,7 +59,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -1028,19 +1027,11 @@ def main() -> None:
             results["breakdown"] = bench_breakdown(files, args.breakdown_servers, args.rounds,
                                                    args.cycle_iterations)
     results["concurrent"] = args.concurrent
-    results["machine"] = {
-        "loadavg_at_start": load_at_start,
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
-        "prometheus_client": _version("prometheus_client"),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "loadavg": os.getloadavg(),
-        "argv": sys.argv[1:]}
-    text = json.dumps(results, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
-    print()
-    print(doc_block(results))
+    from results_file import emit, machine
+
+    results["machine"] = machine(load_at_start) | {
+        "prometheus_client": _version("prometheus_client")}
+    emit(results, args.json, doc_block)
 
 
 def _version(dist: str) -> str:

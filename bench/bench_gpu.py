@@ -8,18 +8,16 @@ Run: .venv/bin/python bench/bench_gpu.py [--json bench/results/gpu.json]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import time
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 from prometheus_client import CollectorRegistry  # noqa: E402
+from results_file import emit, machine  # noqa: E402
 
 from sglang_obs.exporter.collector import GpuCollector, GuardedCollector  # noqa: E402
 from sglang_obs.exporter.gpu import GpuSampler  # noqa: E402
@@ -60,10 +58,7 @@ def run() -> dict:
         "sampling_cycle_cpu_ms": {"min": min(cpu) * 1e3, "median": statistics.median(cpu) * 1e3},
         "scrape_ms": {"min": min(wall) * 1e3, "median": statistics.median(wall) * 1e3},
         "sample_interval_s": sampler.interval,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                    "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
-                    "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(),
-                    "argv": sys.argv[1:]},
+        "machine": machine(load_at_start),
     }
 
 
@@ -87,12 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    results = run()
-    text = json.dumps(results, indent=1)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
-    print(doc_block(results))
+    emit(run(), args.json, doc_block)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from array import array
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -509,18 +509,10 @@ def main() -> None:
     if "follower" in parts:
         results["follower"] = follower_cpu(lines, args.seconds)
     results["targets"] = TARGETS
-    results["machine"] = {
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
-        "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
-        "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(),
-        "argv": sys.argv[1:]}
-    text = json.dumps(results, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)
-    print()
-    print(doc_block(results))
+    from results_file import emit, machine
+
+    results["machine"] = machine(load_at_start)
+    emit(results, args.json, doc_block)
 
 
 if __name__ == "__main__":

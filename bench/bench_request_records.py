@@ -45,7 +45,6 @@ import tempfile
 import threading
 import time
 from bisect import bisect_right
-from datetime import datetime, timezone
 from pathlib import Path
 
 FILE = "sglang-request-metrics-20261129_10.log"
@@ -490,17 +489,10 @@ def main() -> None:
             results["analyze"] = analyze_part(Path(tmp), recs, args.mb, args.rounds)
         if "follower" in parts:
             results["follower"] = follower_part(Path(tmp), recs, args)
-    results["machine"] = {
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
-        "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
-        "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(), "argv": sys.argv[1:]}
-    text = json.dumps(results, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)
-    print()
-    print(doc_block(results))
+    from results_file import emit, machine
+
+    results["machine"] = machine(load_at_start)
+    emit(results, args.json, doc_block)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,12 @@ Run: .venv/bin/python bench/bench_slow_clients.py [--rounds 5] [--scrapes 100] [
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import selectors
 import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from bench_exporter import require, summary
+from results_file import emit, machine
 
 from sglang_obs.core.connections import raise_fd_limit
 
@@ -191,9 +190,7 @@ def run(rounds: int, scrapes: int) -> dict:
     finally:
         proc.kill()
         proc.wait()
-    return {"date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
-            "load_average_1m": os.getloadavg()[0], "python": sys.version.split()[0],
-            "held": HELD, "rounds": rounds, "scrapes_per_side_per_round": scrapes,
+    return {"held": HELD, "rounds": rounds, "scrapes_per_side_per_round": scrapes,
             "body_bytes": lengths.pop(),
             "sides": {name: {**summary(samples[name], 1000), "failed": failed[name],
                              "round_p99": [round(v, 2) for v in per_round[name]],
@@ -208,15 +205,16 @@ def doc_block(r: dict) -> str:
                     f"{s['failed']} of {s['n']} | {s['reopened']:,} |")
     worst = max(s["p99"] for n, s in r["sides"].items() if n in HELD_SIDES)
     flood = r["sides"]["flood"]
-    return (f"Measured by `bench/bench_slow_clients.py {' '.join(r.get('argv', []))}` on "
-            f"{r['date']} (Python "
-            f"{r['python']}, 1-minute load average {r['load_average_1m']:.1f} at the end): "
+    m = r["machine"]
+    return (f"Measured by `bench/bench_slow_clients.py {' '.join(m['argv'])}` on "
+            f"{m['date']}: {m['cpus']} CPUs, Python {m['python']}, 1-minute load average "
+            f"{m['loadavg_at_start'][0]:.1f} at the start and {m['loadavg'][0]:.1f} at the end; "
             f"{r['rounds']} rounds × {r['scrapes_per_side_per_round']} scrapes per side, a "
             f"{r['body_bytes']:,}-byte answer, {r['held']:,} connections held on the attacked "
             "sides.\n\n" + "\n".join(rows) + "\n\n"
             f"Target: p99 ≤ {TARGET_P99_S * 1000:.0f} ms with {r['held']:,} slow or idle "
             f"connections held: {worst:.2f} ms at worst "
-            f"({'met' if worst <= TARGET_P99_S * 1000 else 'NOT met'}). Per-round p99: "
+            f"({'met' if worst <= TARGET_P99_S * 1000 else '**missed**'}). Per-round p99: "
             + "; ".join(f"{n} {', '.join(f'{v:.1f}' for v in s['round_p99'])}"
                         for n, s in r["sides"].items()) + ". Under the flood the server "
             f"closed and the attacker reopened {flood['reopened']:,} connections: the scrape "
@@ -229,12 +227,10 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=100)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    result = run(args.rounds, args.scrapes) | {"argv": sys.argv[1:]}
-    text = json.dumps(result, indent=1)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
-    print(doc_block(result))
+    load_at_start = os.getloadavg()
+    result = run(args.rounds, args.scrapes)
+    result["machine"] = machine(load_at_start)
+    emit(result, args.json, doc_block)
     worst = max(s["p99"] for n, s in result["sides"].items() if n in HELD_SIDES)
     sys.exit(0 if worst <= TARGET_P99_S * 1000 and not any(
         s["failed"] for s in result["sides"].values()) else 1)

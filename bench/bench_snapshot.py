@@ -27,8 +27,9 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
+
+from results_file import emit, machine
 
 from sglang_obs.core import prometheus_api
 from sglang_obs.generate.backfill import backfill, prometheus
@@ -96,10 +97,7 @@ def run(rounds: int) -> dict:
             "queries": len(urls),
             "seconds": {k: {"min": min(v), "median": statistics.median(v), "all": v}
                         for k, v in seconds.items()},
-            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                        "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
-                        "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(),
-                        "argv": sys.argv[1:]}}
+            "machine": machine(load_at_start)}
 
 
 def doc_block(r: dict) -> str:
@@ -132,12 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds: at least 3")
-    results = run(args.rounds)
-    text = json.dumps(results, indent=1)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
-    print(doc_block(results))
+    emit(run(args.rounds), args.json, doc_block)
 
 
 if __name__ == "__main__":

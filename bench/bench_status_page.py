@@ -29,7 +29,6 @@ import threading
 import time
 import tracemalloc
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,6 +43,7 @@ from bench_exporter import (
     summary,
 )
 from prometheus_client import CollectorRegistry
+from results_file import emit, machine
 
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
 from sglang_obs.exporter.http_fetch import Response
@@ -297,16 +297,8 @@ def main() -> None:
     results = {"memory": bench_memory(),
                "cost": bench_cost(args.servers, args.rounds, 5, args.history),
                "scrapes": bench_scrapes(args.servers, args.rounds, args.scrapes, args.history),
-               "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                           "date": datetime.now(timezone.utc).strftime("%a %b %d %Y, %H:%M UTC"),
-                           "loadavg_at_start": load_at_start, "loadavg": os.getloadavg(),
-                           "argv": sys.argv[1:]}}
-    text = json.dumps(results, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
-    print()
-    print(doc_block(results))
+               "machine": machine(load_at_start)}
+    emit(results, args.json, doc_block)
 
 
 if __name__ == "__main__":
