@@ -30,7 +30,7 @@ goldens:
 # bench/fleet_capacity.py (an hour a run) is left out: its JSON is committed.
 BENCH = bench/results
 bench: $(VENV)/.installed
-	$(PY) bench/bench_exporter.py --json $(BENCH)/exporter.json
+	$(PY) bench/bench_exporter.py --window 15 --scrape-seconds 3 --bursts 3 --json $(BENCH)/exporter.json
 	$(PY) bench/bench_snapshot.py --json $(BENCH)/snapshot.json
 	$(PY) bench/bench_log.py --json $(BENCH)/log.json
 	$(PY) bench/bench_request_records.py --seconds 10 --repeats 1 --json $(BENCH)/request_records.json

@@ -524,24 +524,43 @@ def free_port() -> int:
 
 
 def polls_state(port: int) -> dict:
-    """Sum of sglang_obs_polls_total, servers up, poll errors (text format, no gzip). `at` is
-    the newest poll's time in the answer (the exporter renders at most every
-    RENDER_INTERVAL_S: the answer may be that much older than the request)."""
+    """Sum of sglang_obs_polls_total, servers up, poll errors (text format, no gzip), and per
+    server its polls and its last successful poll's time: the answer is as of those (the
+    exporter renders at most every RENDER_INTERVAL_S, so it may be older than the request)."""
     _, body, headers = scrape(port, {"Accept": "text/plain;version=0.0.4"}, SCRAPE_TIMEOUT * 3)
     polls = errors = up = 0.0
     polled = 0
-    at = -math.inf
+    per_server: dict[str, list[float]] = {}
     for line in _decoded(body, headers).decode().splitlines():
-        if line.startswith("sglang_obs_last_poll_success_timestamp_seconds{"):
-            at = max(at, float(line.rsplit(" ", 1)[1]))
-        if line.startswith("sglang_obs_polls_total{"):
-            polls += float(line.rsplit(" ", 1)[1])
-            polled += float(line.rsplit(" ", 1)[1]) >= 1
+        if line.startswith(("sglang_obs_polls_total{",
+                            "sglang_obs_last_poll_success_timestamp_seconds{")):
+            server = line.split('server="', 1)[1].split('"', 1)[0]
+            value = float(line.rsplit(" ", 1)[1])
+            slot = per_server.setdefault(server, [0.0, math.nan])
+            if line.startswith("sglang_obs_polls_total{"):
+                slot[0] = value
+                polls += value
+                polled += value >= 1
+            else:
+                slot[1] = value
         elif line.startswith("sglang_obs_poll_errors_total{"):
             errors += float(line.rsplit(" ", 1)[1])
         elif line.startswith("sglang_obs_up{"):
             up += float(line.rsplit(" ", 1)[1])
-    return {"polls": polls, "errors": errors, "up": up, "polled": polled, "at": at}
+    return {"polls": polls, "errors": errors, "up": up, "polled": polled,
+            "per_server": per_server}
+
+
+def polls_and_due(before: dict, after: dict, interval: float = 1.0) -> tuple[float, float]:
+    """(polls done, polls due) between two polls_state answers: per server, the polls between
+    its last successful polls in each, against the time between those polls / the interval."""
+    done = due = 0.0
+    for server, (count, at) in after["per_server"].items():
+        old_count, old_at = before["per_server"].get(server, (math.nan, math.nan))
+        if math.isfinite(at) and math.isfinite(old_at) and at > old_at:
+            done += count - old_count
+            due += (at - old_at) / interval
+    return done, due
 
 
 def scrape_load(port: int, scrapers: int, seconds: float, burst_every: float = 0.0) -> dict:
@@ -696,7 +715,7 @@ def _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_proc
         hwm = status_kib(proc.pid, "VmHWM") / 1024
         threads = status_kib(proc.pid, "Threads")
         after = polls_state(port)
-        elapsed = after["at"] - before["at"]
+        polls, due = polls_and_due(before, after)
         result = {
             "servers": servers, "warmup_s": warmup, "window_s": round(t1 - t0, 2),
             "cpu_percent_of_core": (cpu1 - cpu0) / (t1 - t0) * 100,
@@ -704,8 +723,7 @@ def _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_proc
             "fake_processes": len(fleet.procs),
             "loadavg_1m": [load0, os.getloadavg()[0]],
             "rss_mib": rss, "rss_peak_mib": hwm, "threads": threads,
-            "polls": after["polls"] - before["polls"],
-            "polls_due": servers * elapsed,  # one per server per 1 s interval
+            "polls": polls, "polls_due": due,  # one per server per 1 s interval
             "poll_errors": after["errors"] - before["errors"],
             "up": after["up"],
         }
@@ -714,8 +732,8 @@ def _fleet_run(files, servers, warmup, window, scrape_seconds, bursts, fake_proc
         before = polls_state(port)
         result[f"scrape_{concurrent}"] = scrape_load(port, concurrent, scrape_seconds)
         after = polls_state(port)
-        result["polls_of_due_while_scraped"] = (after["polls"] - before["polls"]) / (
-            servers * (after["at"] - before["at"]))
+        polls, due = polls_and_due(before, after)
+        result["polls_of_due_while_scraped"] = polls / due
         result[f"scrape_{concurrent}_bursts"] = scrape_load(port, concurrent, bursts,
                                                             burst_every=1.0)
         if spy:  # after the measurements: the sampler takes CPU of its own

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from sglang_obs.core.doc_blocks import replace_blocks
@@ -34,9 +35,14 @@ class PerformanceError(ValueError):
 
 
 def _script(path: Path):
+    """The script as a module, with its folder importable as when it runs (its helpers)."""
     spec = importlib.util.spec_from_file_location(f"_bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 
