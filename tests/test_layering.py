@@ -24,7 +24,8 @@ LAYERS = {
     "tools": {"core", "exporter", "simulator", "render", "tools"},
     "generate": {"core", "exporter", "simulator", "render", "tools", "generate"},
     "cli": {"core", "exporter", "simulator", "render", "tools", "generate", "cli"},
-    "bench": {"core", "exporter", "simulator", "render", "tools", "bench"},
+    # (generate: its backfill puts a scenario into a real Prometheus for bench_snapshot.py)
+    "bench": {"core", "exporter", "simulator", "render", "tools", "generate", "bench"},
     # Runs inside a throwaway virtualenv holding one SGLang release: none of ours.
     "conformance": {"conformance"},
 }
