@@ -80,9 +80,15 @@ class Renderer:
                 raise Unsupported(f"name {name!r}")
             checked.add(name)
 
-    def _samples(self, metric, out: list[str], openmetrics: bool) -> list[str]:
-        """Appends the sample lines to `out`; returns the text format's moved lines (by suffix
-        order)."""
+    def _family(self, metric) -> None:
+        """Raises Unsupported for a family this renderer does not cover."""
+        if metric.unit:
+            raise Unsupported(f"unit of {metric.name}")
+        self._check_name(metric.name, _METRIC_NAME)
+
+    def _samples(self, metric, out: list[str], openmetrics: bool) -> dict[str, list[str]]:
+        """Appends the sample lines to `out`; returns the text format's moved lines by
+        suffix."""
         moved: dict[str, list[str]] = {}
         labels = self._labels
         name_pattern = _LABEL_NAME if openmetrics else _METRIC_NAME
@@ -98,14 +104,12 @@ class Renderer:
                     moved.setdefault(suffix, []).append(line)
                     continue
             out.append(line)
-        return [f"{suffix}\0{line}" for suffix in sorted(moved) for line in moved[suffix]]
+        return moved
 
     def text(self, families) -> bytes:
         out: list[str] = []
         for metric in families:
-            if metric.unit:
-                raise Unsupported(f"unit of {metric.name}")
-            self._check_name(metric.name, _METRIC_NAME)
+            self._family(metric)
             name, kind = metric.name, metric.type
             if kind == "counter":
                 name += "_total"
@@ -115,22 +119,16 @@ class Renderer:
             help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
             out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
             moved = self._samples(metric, out, openmetrics=False)
-            current = None
-            for tagged in moved:
-                suffix, line = tagged.split("\0", 1)
-                if suffix != current:
-                    current = suffix
-                    out.append(f"# HELP {metric.name}{suffix} {help_text}\n"
-                               f"# TYPE {metric.name}{suffix} gauge\n")
-                out.append(line)
+            for suffix in sorted(moved):
+                out.append(f"# HELP {metric.name}{suffix} {help_text}\n"
+                           f"# TYPE {metric.name}{suffix} gauge\n")
+                out.extend(moved[suffix])
         return "".join(out).encode("utf-8")
 
     def openmetrics(self, families) -> bytes:
         out: list[str] = []
         for metric in families:
-            if metric.unit:
-                raise Unsupported(f"unit of {metric.name}")
-            self._check_name(metric.name, _METRIC_NAME)
+            self._family(metric)
             out.append(f"# HELP {metric.name} {_escaped(metric.documentation)}\n"
                        f"# TYPE {metric.name} {metric.type}\n")
             self._samples(metric, out, openmetrics=True)
