@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from sglang_obs.generate import products
 
 from conftest import ROOT
@@ -23,6 +25,7 @@ def test_make_generate_is_the_one_entry_point():
     assert recipe.strip().splitlines() == ["$(PY) -m sglang_obs.generate"]
 
 
+@pytest.mark.slow  # every cheap product in a subprocess: tens of seconds (make check < 2 min)
 def test_the_committed_files_are_what_the_entry_point_makes():
     result = subprocess.run([sys.executable, "-m", "sglang_obs.generate", "--check", *CHEAP],
                             capture_output=True, text=True, cwd=ROOT, check=False)

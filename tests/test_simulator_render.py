@@ -125,6 +125,7 @@ def test_bad_arguments_exit_2_with_a_clear_message(args, message):
     assert message in result.stderr
 
 
+@pytest.mark.slow  # renders every calibration: tens of seconds (make check < 2 min)
 def test_generated_blocks_of_docs_simulator_md_are_fresh():
     doc = ROOT / "docs" / "simulator.md"
     current = doc.read_text()
