@@ -1,6 +1,6 @@
 """Kubernetes without a cluster, for tests/test_kubernetes.py: the vendored prometheus-operator
-CRD schemas (strict: a misspelt field fails, where the API server would silently prune it),
-Prometheus relabelling, what prometheus-operator does to a PodMonitor target, and the part of
+and KEDA CRD schemas (strict: a misspelt field fails, where the API server would silently prune
+it), Prometheus relabelling, what prometheus-operator does to a PodMonitor target, and the part of
 kustomize the manifests use (resources, components, namespace, labels, images, JSON patches)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import yaml
 
 from conftest import ROOT
 
-CRDS = ROOT / "schemas" / "prometheus-operator"
+# Vendored CRDs (schemas/README.md): prometheus-operator's, KEDA's ScaledObject.
+CRD_DIRS = (ROOT / "schemas" / "prometheus-operator", ROOT / "schemas" / "keda")
 
 
 class CrdLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -31,7 +32,7 @@ CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node:
 def crd_schemas() -> dict[tuple[str, str], dict]:
     """(apiVersion, kind) -> openAPIV3Schema of every vendored CRD version."""
     out = {}
-    for path in sorted(CRDS.glob("*.yaml")):
+    for path in sorted(p for folder in CRD_DIRS for p in folder.glob("*.yaml")):
         crd = yaml.load(path.read_text(), Loader=CrdLoader)  # a SafeLoader
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
@@ -232,14 +233,16 @@ def listed_files(folder: Path) -> set[Path]:
 def json_patch(obj: dict, ops: list[dict]) -> dict:
     obj = copy.deepcopy(obj)
     for op in ops:
-        if op["op"] not in ("add", "replace"):
+        if op["op"] not in ("add", "replace", "remove"):
             raise NotImplementedError(op["op"])
         *parents, last = [p.replace("~1", "/").replace("~0", "~")
                           for p in op["path"].lstrip("/").split("/")]
         node = obj
         for part in parents:
             node = node[int(part)] if isinstance(node, list) else node[part]
-        if isinstance(node, list):
+        if op["op"] == "remove":  # a missing path is an error, as in kustomize
+            del node[int(last) if isinstance(node, list) else last]
+        elif isinstance(node, list):
             if last == "-":
                 node.append(op["value"])
             elif op["op"] == "add":
