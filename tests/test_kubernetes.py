@@ -62,11 +62,15 @@ KPS = K8S / "overlays" / "kube-prometheus-stack"
 EXAMPLE = K8S / "overlays" / "example"
 GPU_PROCESSES = K8S / "components" / "gpu-processes"
 GATEWAY_POLICY = K8S / "components" / "gateway-networkpolicy"
+# The opt-in autoscalers (tests/test_kubernetes_scaling.py): one or the other on a Deployment.
+AUTOSCALERS = {"keda": K8S / "components" / "autoscaling-keda",
+               "hpa": K8S / "components" / "autoscaling-hpa"}
 KUBERNETES_VERSION = "1.31.0"  # kubernetes-validate's schemas (constraints.txt pins 1.31.0)
 PROMETHEUS_YML = ROOT / "prometheus" / "prometheus.yml"
 ALERTMANAGER_YML = ROOT / "alertmanager" / "alertmanager.yml"
 KUBERNETES_RULE_TEST = ROOT / "tests" / "rules" / "kubernetes_test.yml"
-CUSTOM_GROUP = "monitoring.coreos.com/"
+# API groups of the custom resources, each validated against its vendored CRD (schemas/).
+CUSTOM_GROUPS = ("monitoring.coreos.com/", "keda.sh/")
 # kube-prometheus-stack's Grafana data sources (values.yaml grafana.sidecar.datasources: name
 # Prometheus, uid prometheus, the default; Alertmanager uid alertmanager).
 KPS_DATASOURCES = [
@@ -98,19 +102,24 @@ def kps_objects() -> list[dict]:
     return build(KPS)
 
 
-def example_objects(with_gpu_processes: bool = False, with_gateway_policy: bool = False
-                    ) -> list[dict]:
+def example_objects(with_gpu_processes: bool = False, with_gateway_policy: bool = False,
+                    autoscaler: str | None = None) -> list[dict]:
     extra = ((Path("../../components/gpu-processes"),) if with_gpu_processes else ()) + (
-        (Path("../../components/gateway-networkpolicy"),) if with_gateway_policy else ())
+        (Path("../../components/gateway-networkpolicy"),) if with_gateway_policy else ()) + (
+        (AUTOSCALERS[autoscaler],) if autoscaler else ())
     return build(EXAMPLE, extra)
 
 
 def every_object() -> list[dict]:
     """Everything `kubectl apply -k` would send, from both overlays and the opt-in components,
-    plus the example Secret."""
+    plus the example Secret and the autoscalers' per-pool examples."""
     secret = load_all(KPS / "receivers-secret.example.yaml")
+    per_pool = [obj for folder in AUTOSCALERS.values()
+                for path in sorted(folder.glob("*.example.yaml")) for obj in load_all(path)]
     return (kps_objects() + example_objects() + example_objects(True)
-            + example_objects(with_gateway_policy=True) + secret)
+            + example_objects(with_gateway_policy=True)
+            + [obj for name in AUTOSCALERS for obj in example_objects(autoscaler=name)]
+            + secret + per_pool)
 
 
 def by_kind(objects, kind) -> list[dict]:
@@ -681,8 +690,9 @@ def test_dashboards_find_kube_prometheus_stacks_datasource():
 
 
 def test_custom_resources_follow_prometheus_operators_crds():
-    custom = [o for o in every_object() if o["apiVersion"].startswith(CUSTOM_GROUP)]
-    assert {o["kind"] for o in custom} == {"PrometheusRule", "PodMonitor", "AlertmanagerConfig"}
+    custom = [o for o in every_object() if o["apiVersion"].startswith(CUSTOM_GROUPS)]
+    assert {o["kind"] for o in custom} == {"PrometheusRule", "PodMonitor", "AlertmanagerConfig",
+                                           "ScaledObject"}
     for obj in custom:
         assert (obj["apiVersion"], obj["kind"]) in crd_schemas(), "vendor its CRD"
         assert crd_errors(obj) == [], (obj["kind"], obj["metadata"]["name"])
@@ -708,9 +718,10 @@ def test_strict_crd_validation_rejects_a_misspelt_field():
 
 def test_core_objects_pass_kubernetes_validate():
     kubernetes_validate = require_module("kubernetes_validate")
-    core = [o for o in every_object() if not o["apiVersion"].startswith(CUSTOM_GROUP)]
+    core = [o for o in every_object() if not o["apiVersion"].startswith(CUSTOM_GROUPS)]
     assert {o["kind"] for o in core} >= {"Deployment", "DaemonSet", "ConfigMap", "Secret",
-                                         "Service", "ServiceAccount", "NetworkPolicy"}
+                                         "Service", "ServiceAccount", "NetworkPolicy",
+                                         "HorizontalPodAutoscaler"}
     for obj in core:
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
@@ -735,8 +746,8 @@ def test_kustomizations_list_every_file_and_every_listed_file_exists():
         if spec["kind"] == "Component":
             assert spec["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
     components = {p.parent for p in K8S.glob("components/*/kustomization.yaml")}
-    used = {p for folder in folders for p in listed_files(folder)} | {GPU_PROCESSES,
-                                                                       GATEWAY_POLICY}
+    used = {p for folder in folders for p in listed_files(folder)} | {
+        GPU_PROCESSES, GATEWAY_POLICY, *AUTOSCALERS.values()}
     assert components <= used, "a component no overlay lists and no test builds"
 
 

@@ -25,6 +25,8 @@ compose stack runs, so the two deployments cannot drift apart.
   its overlay): the exporter's port admits the scraping Prometheus only, from the ports and
   labels above; the example overlay names that Prometheus once, in a patch. An opt-in component
   admits that Prometheus to the gateway's metrics port where the gateway's pods are fenced.
+- Autoscaling on the replica recommendation, two opt-in components (KEDA, or an HPA with
+  prometheus-adapter): sglang_obs/render/kubernetes_scaling.py.
 """
 
 from __future__ import annotations
@@ -901,6 +903,8 @@ components:
   - ../../components/gpu-node-exporter
   # - ../../components/gpu-processes     # GPU memory per process: hostPID (read the docs)
   # - ../../components/gateway-networkpolicy   # a PD gateway your policies fence (read the docs)
+  # - ../../components/autoscaling-keda   # replicas = the recommendation, with KEDA (the docs)
+  # - ../../components/autoscaling-hpa    # or with an HPA and prometheus-adapter: one of the two
 images:
   - name: {IMAGE}
     newName: registry.example.com/{IMAGE}
@@ -1071,6 +1075,9 @@ def files(s: Settings, sources: Sources) -> dict[str, str]:
         "components/gateway-networkpolicy/networkpolicy.yaml":
             GATEWAY_NETWORK_POLICY_HEAD + dump(gateway_network_policy()),
     }
+    # The autoscaling components build on this module's names: imported here, not above.
+    from sglang_obs.render import kubernetes_scaling
+    out.update(kubernetes_scaling.files(s))
     header = GENERATED.format(source="sglang_obs/render/kubernetes.py")
     for path, text in out.items():
         if not text.startswith("# GENERATED"):
