@@ -15,6 +15,7 @@
     sglang-obs compare --prometheus URL --before T T --after T T [--instance I]
                        [--after-instance J] [--paired] [--out DIR]
                        (--before-pack DIR / --after-pack DIR: a side from a snapshot pack)
+    sglang-obs capacity --from T --to T [--prometheus URL | --pack DIR] [--server I...] [--json]
 
 Errors are one line on stderr: exit 2 when the command line is wrong, 1 when the command
 failed (sglang_obs.core.cli_support).
@@ -233,6 +234,21 @@ def build_parser() -> OneLineParser:
                       help="bootstrap seed (thresholds.yml compare:, 0)")
     comp.add_argument("--out", metavar="DIR", help="also write report.md, compare.json and "
                       "compare.png into this folder (new, or empty)")
+    cap = sub.add_parser(
+        "capacity", help="tokens/s per GPU at the SLO observed, J and cost per token, and the "
+        "load a server carried before it first saturated (docs/capacity.md)")
+    source = cap.add_mutually_exclusive_group()
+    source.add_argument("--prometheus", type=http_url, metavar="URL",
+                        help="Prometheus URL (default http://127.0.0.1:9090)")
+    source.add_argument("--pack", metavar="DIR", help="instead: a `sglang-obs snapshot` pack "
+                        "(its capacity.json); no Prometheus needed")
+    cap.add_argument("--from", dest="start",
+                     help="window start: '30m ago', a Unix time or an ISO time (UTC default); "
+                     "with --pack, default the pack's")
+    cap.add_argument("--to", dest="end", help="window end (default now, or the pack's end)")
+    cap.add_argument("--server", action="append", metavar="INSTANCE",
+                     help="only this server (host:port); repeat for several")
+    cap.add_argument("--json", action="store_true", help="the figures as JSON")
     return parser
 
 
@@ -293,6 +309,14 @@ def _run(args: argparse.Namespace, s: settings.Settings) -> int:
                 print(f"wrote {Path(args.out) / name}")
         else:
             sys.stdout.write(text)
+        return 0
+    if args.command == "capacity":
+        from sglang_obs.tools import capacity
+
+        result, text = capacity.run(
+            args.start, args.end, args.prometheus or "http://127.0.0.1:9090",
+            Path(args.pack) if args.pack else None, args.server, s=s)
+        sys.stdout.write(capacity.to_json(result) if args.json else text)
         return 0
     if args.command == "stack":
         from sglang_obs.tools import stack as stack_module

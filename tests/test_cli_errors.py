@@ -221,6 +221,18 @@ TABLE = [
     ("sglang-obs", "compare", ["compare", "--prometheus", "{dead}", "--before-pack", "{pack}",
                                "--after", "2h ago", "1h ago"], FAILURE,
      ["--prometheus", "{dead}"]),
+    # capacity
+    ("sglang-obs", "capacity", ["capacity", "--from", "yesterday"], USAGE,
+     ["--from", "yesterday"]),
+    ("sglang-obs", "capacity", ["capacity", "--prometheus", "{dead}"], USAGE, ["--from"]),
+    ("sglang-obs", "capacity", ["capacity", "--prometheus", "{dead}", "--pack", "{pack}"],
+     USAGE, ["--pack", "--prometheus"]),
+    ("sglang-obs", "capacity", ["capacity", "--prometheus", "{dead}", "--from", "1h ago"],
+     FAILURE, ["--prometheus", "{dead}"]),
+    ("sglang-obs", "capacity", ["capacity", "--pack", "{missing}"], FAILURE,
+     ["--pack", "{missing}", "no such directory"]),
+    ("sglang-obs", "capacity", ["capacity", "--pack", "{oldpack}"], FAILURE,
+     ["--pack", "{oldpack}", "capacity.json", "take it again with this release"]),
     # sglang-sim
     ("sglang-sim", None, ["no-such-command"], USAGE, ["no-such-command"]),
     ("sglang-sim", "serve", ["serve", "--port", "http"], USAGE, ["--port", "http"]),

@@ -86,8 +86,8 @@ def test_csv_header_and_json_schema_match_the_golden_files(incident, request):
 def test_the_pack_keeps_what_compare_and_what_if_read(incident):
     b, url, out, _ = incident
     assert sorted(p.name for p in out.iterdir()) == [
-        "load.json", "report.md", "series.csv", "sglang_30000.png", "summary.json",
-        "windows.json"]
+        "capacity.json", "load.json", "report.md", "series.csv", "sglang_30000.png",
+        "summary.json", "windows.json"]
     summary = json.loads((out / "summary.json").read_text())
     windows = json.loads((out / pack.WINDOWS).read_text())
     load = json.loads((out / pack.LOAD).read_text())

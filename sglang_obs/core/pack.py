@@ -6,6 +6,9 @@ pack instead of Prometheus, and how they read it back (docs/snapshot.md).
 - load.json: the raw series `sglang-sim what-if` estimates the load from, per server: for each
   request of LOAD_SERIES the samples at the pack's window and step, and the labels of the info
   metrics of LOAD_INFO; `what-if --pack`.
+- capacity.json: what `sglang-obs capacity --pack` reads (sglang_obs.tools.capacity collect:
+  the energy, token-by-mode and replica records of the servers' hosts and clusters, each
+  server's state, load and SLO counts over the pack's window).
 
 A neutral module: sglang_obs.tools (snapshot, compare) and sglang_obs.simulator (what-if) both
 import it, never each other. Only numbers and label values already in Prometheus go in.
@@ -23,6 +26,7 @@ SCHEMA_VERSION = 1
 SUMMARY = "summary.json"  # every pack has it
 WINDOWS = "windows.json"
 LOAD = "load.json"
+CAPACITY = "capacity.json"
 
 P = "sglang:"
 # (series, aggregation over its label sets, label kept or None): every request what-if's

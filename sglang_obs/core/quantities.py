@@ -79,6 +79,42 @@ def _window_quantities() -> dict[str, Quantity]:
     return out
 
 
+# The energy, cost and capacity figures over a window (snapshot, compare, `sglang-obs
+# capacity`): each computed from the energy records (sglang_obs/render/energy_rules.py) and the
+# rate records sampled over the window (docs/capacity.md says how), no recording rule of its own.
+TOKEN_MODES = {"prefill_compute": "Prefill tokens computed",
+               "prefill_cache": "Prefill tokens from the prefix cache",
+               "decode": "Output tokens"}
+
+
+def _capacity_quantities() -> dict[str, Quantity]:
+    out = {}
+    for key, subject, stat in (
+            ("gpu_power", "GPU power", "mean"),
+            ("energy_per_prompt_token", "Energy per prompt token", ""),
+            ("energy_per_output_token", "Energy per output token", ""),
+            ("idle_energy_share", "Share of GPU energy spent idle (1 h)", "mean"),
+            ("cache_saved_power", "Power the prefix cache saves", "mean"),
+            ("cost_per_million_prompt_tokens", "Cost per million prompt tokens", ""),
+            ("cost_per_million_output_tokens", "Cost per million output tokens", ""),
+            ("ttft_slo_attainment", "TTFT SLO attainment", ""),
+            ("itl_slo_attainment", "ITL SLO attainment", ""),
+            ("request_rate", "Request rate", "mean"),
+            ("token_rate", "Prompt and output tokens per second", "mean")):
+        out[f"{key}_window"] = Quantity(f"{key}_window", subject, stat, "over the window")
+    for mode, subject in TOKEN_MODES.items():
+        key = f"tokens_per_gpu_{mode}"
+        out[f"{key}_window"] = Quantity(f"{key}_window", f"{subject} per second per GPU", "mean",
+                                        "over the window")
+        out[f"{key}_peak"] = Quantity(f"{key}_peak", f"{subject} per second per GPU",
+                                      "peak 5 min rate", "in the window")
+    # The load a server carried at one moment: the 5 min rates the headroom compares.
+    out["request_rate_5m"] = Quantity("request_rate_5m", "Request rate", "", QUANTILE_WINDOW_WORDS)
+    out["token_rate_5m"] = Quantity("token_rate_5m", "Prompt and output tokens per second", "",
+                                    QUANTILE_WINDOW_WORDS)
+    return out
+
+
 def _spark_window() -> str:
     return f"per {SPARK_SLOT_SECONDS:g} s"
 
@@ -86,6 +122,7 @@ def _spark_window() -> str:
 QUANTITIES: dict[str, Quantity] = {
     **_latency_quantities(),
     **_window_quantities(),
+    **_capacity_quantities(),
     # The glance page's own, from the exporter's polls of SGLang's counters.
     "ttft_mean_slot": Quantity("ttft_mean_slot", "TTFT", "mean", _spark_window()),
     "ttft_mean_since_start": Quantity("ttft_mean_since_start", "TTFT", "mean",

@@ -6,6 +6,8 @@ side, from Prometheus or from snapshot packs (their windows.json: sglang_obs.cor
 - the load: request rate, prompt and generated tokens/s, the prompt-length mix, cache hits;
 - the outcome: TTFT p50/p95, queue time p95, the time with requests queued, decode speed per
   request p10/p50, ITL p95, time in each state, the alerts that fired;
+- the energy and cost of the server's host (sglang_obs.tools.capacity energy_figures: power,
+  J per prompt and per output token, idle share, cache-saved power, cost per million tokens);
 - a verdict only when the loads are comparable (prometheus/thresholds.yml `compare:`): every
   outcome's relative change comes with a 95 % interval from a seeded bootstrap over the
   windows' minutes, and is an improvement or a regression only when the interval excludes 0.
@@ -34,6 +36,7 @@ from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
 from sglang_obs.exporter.request_records import PROMPT_CLASSES  # shortest first
+from sglang_obs.tools import capacity
 
 SCHEMA_VERSION = 1
 MINUTE = 60.0
@@ -170,6 +173,7 @@ class WindowData:
     longest_queueing_seconds: float | None = None
     alerts: list[dict] = field(default_factory=list)  # {alertname, severity, episodes, seconds}
     config: dict[str, list[dict]] = field(default_factory=dict)  # arg -> [{value, from, to}]
+    energy: dict = field(default_factory=dict)  # capacity.energy_figures of the server's host
     source: str = ""  # where it was read: "Prometheus", "snapshot pack DIR" (not in to_dict)
 
     @property
@@ -369,6 +373,7 @@ def compare(before: WindowData, after: WindowData, limits: dict,
                                      "after": after.longest_queueing_seconds},
         "states": {"before": before.state_seconds, "after": after.state_seconds},
         "alerts": {"before": before.alerts, "after": after.alerts},
+        "energy": {"before": before.energy, "after": after.energy},
     }
     doc["pages"] = {name: {sev: sum(1 for a in doc["alerts"][name] if a["severity"] == sev)
                            for sev in ("critical", "warning")} for name in ("before", "after")}
@@ -469,6 +474,7 @@ def report(doc: dict) -> str:
             lines += ["", "Longest continuous queueing (the exporter's "
                       "sglang_obs_queue_nonempty_duration_seconds): before "
                       f"{fmt(lq['before'], 's')}, after {fmt(lq['after'], 's')}."]
+    lines += energy_report(doc["energy"])
     lines += ["", "## Time in each state", "", "| state | before | after |", "|---|---|---|"]
     for state in STATES:
         sb, sa = doc["states"]["before"].get(state, 0), doc["states"]["after"].get(state, 0)
@@ -488,6 +494,50 @@ def report(doc: dict) -> str:
                 f"{x['alertname']} ({x['severity']}, "
                 f"{shown.number(x['seconds'], '.0f', 'seconds', ' s')})" for x in fired) + ".")
     return "\n".join(lines) + "\n"
+
+
+# (quantity, figure of capacity.energy_figures, cost): the energy and cost rows.
+ENERGY_ROWS = (
+    ("gpu_power_window", "power_watts", False),
+    ("energy_per_prompt_token_window", "joules_per_prompt_token", False),
+    ("energy_per_output_token_window", "joules_per_output_token", False),
+    ("idle_energy_share_window", "idle_share", False),
+    ("cache_saved_power_window", "cache_saved_watts", False),
+    ("cost_per_million_prompt_tokens_window", "cost_per_million_prompt_tokens", True),
+    ("cost_per_million_output_tokens_window", "cost_per_million_output_tokens", True),
+)
+
+
+def _energy_cell(figure: str, side: dict) -> str:
+    value = side.get(figure)
+    if figure.startswith("cost_"):
+        return capacity.money(value, side.get("currency", ""))
+    if figure.startswith("joules_"):
+        return capacity.joules(value)
+    return capacity.ratio(value) if figure == "idle_share" else capacity.watts(value)
+
+
+def energy_report(energy: dict) -> list[str]:
+    """The "Energy and cost" section: each figure of the servers' hosts before and after, its
+    change (no interval: the records are 5 min ratios, not minutes), and what is missing."""
+    b, a = energy["before"] or {}, energy["after"] or {}
+    lines = ["", "## Energy and cost", "", "| | before | after | change |", "|---|---|---|---|"]
+    for key, figure, cost in ENERGY_ROWS:
+        x, y = b.get(figure), a.get(figure)
+        if cost and x is None and y is None:
+            continue  # no price: the line below says how to set one
+        change = _pct(y / x - 1) if x and y is not None else shown.DASH
+        lines.append(f"| {q(key).label} | {_energy_cell(figure, b)} | {_energy_cell(figure, a)}"
+                     f" | {change} |")
+    if all(side.get("cost_source") is None for side in (b, a)):
+        lines += ["", f"{q('cost_per_million_prompt_tokens_window').label}: "
+                  f"{capacity.PRICE_HINT}."]
+    for name, side in (("before", b), ("after", a)):
+        missing = capacity.missing_line(side) if side else (
+            "Not recorded: this window was read by an older release.")
+        if missing:
+            lines += ["", f"{name.capitalize()}: {missing}"]
+    return lines
 
 
 def _mix(mix: dict[str, float]) -> str:
@@ -696,7 +746,8 @@ def fetch_window(prom: Prometheus, w: Window, server: str, s: Settings | None = 
         server=server, start=w.start, end=w.end, units=units, bounds=bounds, prompt_mix=mix,
         prompt_mix_source=source, state_seconds=state_seconds,
         longest_queueing_seconds=float(longest[0]["value"][1]) if longest else None,
-        alerts=_alerts(prom, w, server, step), config=_config(prom, w, server, exporter_job))
+        alerts=_alerts(prom, w, server, step), config=_config(prom, w, server, exporter_job),
+        energy=capacity.server_energy(prom, server, w.start, w.end, step, s))
 
 
 def _histogram(series: dict[tuple, dict[float, float]], grid: list[float]

@@ -7,8 +7,9 @@ Queries Prometheus over a window and writes, into one folder:
                its changes (schema in docs/snapshot.md);
 - report.md    a one-page summary in seed 000's order: faults first, then prefill vs decode,
                then the cause; plus PNG charts;
-- windows.json, load.json  what `sglang-obs compare --before-pack` and `sglang-sim what-if
-               --pack` read instead of Prometheus (sglang_obs.core.pack).
+- windows.json, load.json, capacity.json  what `sglang-obs compare --before-pack`,
+               `sglang-sim what-if --pack` and `sglang-obs capacity --pack` read instead of
+               Prometheus (sglang_obs.core.pack).
 Queries use the recording rules (the same state classification as alerts and dashboards) and
 are split into chunks under Prometheus's 11,000-points-per-series limit by the project's one
 query client, sglang_obs.core.prometheus_api. No prompt or request text exists in Prometheus, so
@@ -32,10 +33,10 @@ from sglang_obs.core.settings import Settings, default
 from sglang_obs.core.states import STATE_COLOURS, STATES
 from sglang_obs.core.times import iso, parse_time
 from sglang_obs.tools import alert_delivery as delivery
-from sglang_obs.tools import compare
+from sglang_obs.tools import capacity, compare
 
 SCHEMA_VERSION = 1
-BOTTLENECKS = ("prefill_backlog", "decode_contention", "kv_capacity", "scheduling_bottleneck")
+BOTTLENECKS = capacity.SATURATION
 # CSV column -> the quantity it holds (sglang_obs/core/quantities.py): the report and the chart
 # name each by its label, as every other surface does.
 QUANTITY_OF = {"running": "running", "queue": "waiting", "queue_nonempty_seconds":
@@ -331,6 +332,8 @@ def report(summary: dict, charts: list[str] | None) -> str:
             lines.append(f"**Configuration:** {args}"
                          + (" (it changed in this window: see summary.json)."
                             if config["changed"] else "."))
+        if s.get("energy"):
+            lines.append(energy_paragraph(s["energy"]))
         lines.append("")
     # One paragraph per point: blank lines between them, so Markdown keeps them apart.
     lines = [ln for line in lines for ln in ((line, "") if line.startswith("**") else (line,))]
@@ -350,10 +353,20 @@ def report(summary: dict, charts: list[str] | None) -> str:
             lines += [""]
     lines += ["", "## Charts", ""] + ([f"![{c}]({c})" for c in charts] if charts is not None
                                       else ["Not drawn (`--no-charts`)."])
-    lines += ["", "Files: `series.csv` (per step and server), `summary.json`; `windows.json` and "
-              "`load.json`, which `sglang-obs compare --before-pack` and `sglang-sim what-if "
-              "--pack` read (docs/snapshot.md).", ""]
+    lines += ["", "Files: `series.csv` (per step and server), `summary.json`; `windows.json`, "
+              "`load.json` and `capacity.json`, which `sglang-obs compare --before-pack`, "
+              "`sglang-sim what-if --pack` and `sglang-obs capacity --pack` read "
+              "(docs/snapshot.md).", ""]
     return "\n".join(lines)
+
+
+def energy_paragraph(e: dict) -> str:
+    """The report's "Energy and cost" point: the server's host's GPUs over the window
+    (sglang_obs.tools.capacity's figures and labels), and what was not recorded."""
+    host = f"host {e['host']}'s GPUs" if e.get("host") else "its host's GPUs"
+    text = (f"**Energy and cost** ({host}): " + "; ".join(capacity.energy_lines(e)) + ".")
+    missing = capacity.missing_line(e)
+    return text + (" " + missing if missing else "")
 
 
 def _episodes_text(alert: dict) -> str:
@@ -478,7 +491,7 @@ def requests_report(section: dict) -> list[str]:
 def written(out: Path) -> list[Path]:
     """The files of the pack in `out`, in reading order: the report, the summary, the series,
     what compare and what-if read, then the charts. All of them: --out was new or empty."""
-    first = ["report.md", "summary.json", "series.csv", pack.WINDOWS, pack.LOAD]
+    first = ["report.md", "summary.json", "series.csv", pack.WINDOWS, pack.LOAD, pack.CAPACITY]
     names = {p.name for p in Path(out).iterdir()}
     return [Path(out) / n for n in [*(n for n in first if n in names),
                                     *sorted(names - set(first))]]
@@ -543,6 +556,12 @@ def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] |
             sys.stderr.write("\r" + " " * 50 + "\r")
     write_csv(data, out / "series.csv")
     summary = summarize(prom, data, window, alertmanager=alertmanager, alerts_log=alerts_log)
+    # What `sglang-obs capacity --pack` reads; the energy and cost of each server's host.
+    held = capacity.collect(prom, window.start, window.end, window.step, s, data["servers"],
+                            check=False)
+    found = capacity.figures(held, price=capacity.price_of(s), currency=capacity.currency_of(s))
+    for server, f in found["servers"].items():
+        summary["servers"][server]["energy"] = {"host": f["host"]["host"], **f["energy"]}
     if request_metrics_dir:
         summary["requests"] = requests_section(request_metrics_dir, window)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -551,6 +570,7 @@ def _take(prometheus_url: str, window: Window, out: Path, instances: list[str] |
                                                        data["servers"], s))
     pack.write(out, pack.LOAD, pack.load_document(prom, data["servers"], window.start,
                                                   window.end, window.step))
+    pack.write(out, pack.CAPACITY, held)
     names = charts(data, out, window, summary["alerts"]) if draw else None
     text = report(summary, names)
     if request_metrics_dir:
