@@ -24,7 +24,7 @@ from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import PD_PRIORITY, PD_STATES, STATES
 from sglang_obs.core.times import duration_words
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
-from sglang_obs.render import feature_rules, pd_rules
+from sglang_obs.render import energy_rules, feature_rules, pd_rules
 
 # The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
 # (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
@@ -235,13 +235,20 @@ sum by (cluster, host, instance, model_name, mode) (
         "divide a new server's 8 minutes of requests by 60 minutes."))
     return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
             Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
-            state_group(t), request_group(t), pd_group(t), feature_group(t)]
+            state_group(t), request_group(t), pd_group(t), feature_group(t),
+            energy_group(t)]
 
 
 def feature_group(t: dict) -> Group:
     """Per-feature signals (feature_rules.py): speculative decoding, ..."""
     return Group("sglang-features.rules", "sglang.rules.yml", tuple(
         Record(name, expr, why) for name, expr, why in feature_rules.records(t)))
+
+
+def energy_group(t: dict) -> Group:
+    """Energy and cost per token per host (energy_rules.py): raw series and its own records."""
+    return Group("sglang-energy.rules", "sglang.rules.yml", tuple(
+        Record(name, expr, why) for name, expr, why in energy_rules.records(t)))
 
 
 def feature_alerts(t: dict) -> tuple[Alert, ...]:
