@@ -10,7 +10,8 @@ A scenario file (simulator/scenarios/*.yaml, or any path) looks like:
     server: {tp_size: 4, max_running_requests: 44, ...}   # simulator.model.ServerConfig fields
     perf: {decode_s_per_kv_token: 1.2e-8, ...}             # simulator.model.PerfModel fields
     warm_cache: 0.5           # share of the KV pool holding reusable prefixes at start
-    load:                     # phases; `rate` (Poisson, requests/s) or `burst` (n at once)
+    load:                     # phases; `rate` (Poisson, requests/s; {ramp: [a, b]} changes
+                              # linearly over the phase) or `burst` (n at once)
       - {at: 0, duration: 1800, rate: 0.3, input_tokens: {uniform: [2000, 8000]},
          cached_fraction: 0.5, output_tokens: {normal: [400, 150]}, streaming: 0.8}
       - {at: 600, burst: 6, spread: 10, input_tokens: 100000, cached_fraction: 0.2}
@@ -109,8 +110,15 @@ class Scenario:
 
 
 def available() -> list[str]:
-    # pd-*.yaml are PD deployments (simulator/pd_scenario.py, `sglang-sim pd`), not one server.
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if not p.stem.startswith("pd-"))
+    # pd-*.yaml are PD deployments (simulator/pd_scenario.py, `sglang-sim pd`), not one server;
+    # scale-*.yaml are a pool's traffic over hours (simulator/autoscale.py), validated in
+    # docs/scaling.md rather than in the per-scenario detection table.
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")
+                  if not p.stem.startswith(("pd-", "scale-")))
+
+
+def pool_scenarios() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("scale-*.yaml"))
 
 
 def read_yaml(path: Path) -> Any:
@@ -201,6 +209,8 @@ def _dataclass(cls, values: dict, name: str):
 def _phase(p: Any, i: int) -> dict[str, Any]:
     if not isinstance(p, dict) or ("rate" in p) == ("burst" in p):
         raise ScenarioError(f"load[{i}]: give exactly one of rate or burst")
+    if "rate" in p:
+        _rate_bounds(p["rate"], f"load[{i}].rate")  # validates
     for key in ("input_tokens", "output_tokens", "spec_accept_length", "working_set_tokens",
                 "grammar_compile_seconds"):
         _draw(p.get(key, 1000), random.Random(0), 0.5, f"load[{i}].{key}")  # validates
@@ -243,6 +253,19 @@ def _draw(spec: Any, rng: random.Random, progress: float, where: str = "") -> fl
                         f"got {spec!r}")
 
 
+def _rate_bounds(spec: Any, where: str = "rate") -> tuple[float, float]:
+    """A phase's rate (requests/s): a number, or {ramp: [start, end]} changing linearly over
+    the phase (no jitter: the arrivals themselves are random)."""
+    if isinstance(spec, int | float) and not isinstance(spec, bool) and spec >= 0:
+        return float(spec), float(spec)
+    if isinstance(spec, dict) and list(spec) == ["ramp"] and isinstance(spec["ramp"], list) \
+            and len(spec["ramp"]) == 2 and all(isinstance(v, int | float) and v >= 0
+                                               for v in spec["ramp"]) and max(spec["ramp"]) > 0:
+        return float(spec["ramp"][0]), float(spec["ramp"][1])
+    raise ScenarioError(f"{where}: expected a number of requests per second or "
+                        f"{{ramp: [start, end]}}, got {spec!r}")
+
+
 def _choose(shares: dict, rng: random.Random) -> int:
     """A key of `shares` ({value: weight}) drawn by weight."""
     x, keys = rng.random() * sum(shares.values()), sorted(shares)
@@ -274,12 +297,23 @@ def _phase_arrivals(p: dict, rng: random.Random, total: float) -> list[tuple[flo
         times = sorted(start + rng.uniform(0, spread) for _ in range(int(p["burst"])))
     else:
         t = start
-        rate = float(p["rate"])
-        while rate > 0:
-            t += rng.expovariate(rate)
-            if t >= start + duration:
-                break
-            times.append(t)
+        lo, hi = _rate_bounds(p["rate"])
+        if lo == hi:
+            while lo > 0:
+                t += rng.expovariate(lo)
+                if t >= start + duration:
+                    break
+                times.append(t)
+        else:
+            # A rate that changes linearly over the phase: a Poisson process at the higher
+            # rate, each arrival kept with the share the rate at its time has of it (thinning).
+            top = max(lo, hi)
+            while True:
+                t += rng.expovariate(top)
+                if t >= start + duration:
+                    break
+                if rng.random() * top < lo + (hi - lo) * (t - start) / duration:
+                    times.append(t)
     out = []
     for t in times:
         progress = (t - start) / duration if duration else 0.0

@@ -32,3 +32,15 @@ def replace_blocks(text: str, blocks: Mapping[str, str], doc: Path) -> str:
         text = pattern.sub(lambda m, content=content: m.group(1) + content + m.group(2), text)
     return text
 
+
+
+def read_block(text: str, name: str) -> str:
+    """The content of block `name` as it stands (a generator that makes another block of the
+    same document hands it back unchanged)."""
+    pattern = re.compile(
+        rf"^<!-- generated:{re.escape(name)} -->\n(.*?)^<!-- end:{re.escape(name)} -->$",
+        re.S | re.M)
+    m = pattern.search(text)
+    if not m:
+        raise DocBlockError(f"block {name} missing")
+    return m.group(1)

@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from sglang_obs.core import quantities, settings
+from sglang_obs.core import quantities, scaling, settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import PD_PRIORITY, PD_STATES, STATES
 from sglang_obs.core.times import duration_words
 from sglang_obs.exporter.request_records import PROMPT_CLASS_BOUNDS
-from sglang_obs.render import energy_rules, feature_rules, pd_rules
+from sglang_obs.render import energy_rules, feature_rules, pd_rules, scaling_rules
 
 # The same rules for vmalert (the fleet's central ruler, docs/fleet.md): vmalert up to 1.91
 # (Debian 12 ships 1.79) rejects keep_firing_for, which vmalert 1.92 added (VictoriaMetrics
@@ -235,7 +235,7 @@ sum by (cluster, host, instance, model_name, mode) (
         "divide a new server's 8 minutes of requests by 60 minutes."))
     return [Group("sglang-serving.rules", "sglang.rules.yml", tuple(serving)),
             Group("sglang-slo.rules", "sglang.rules.yml", tuple(slo)),
-            state_group(t), request_group(t), pd_group(t), feature_group(t),
+            state_group(t), request_group(t), pd_group(t), scaling_group(t), feature_group(t),
             energy_group(t)]
 
 
@@ -261,6 +261,13 @@ def pd_group(t: dict) -> Group:
     return Group("sglang-pd.rules", "sglang.rules.yml", tuple(
         Record(name, expr, why)
         for name, expr, why in pd_rules.signal_records(t) + pd_rules.state_records(t)))
+
+
+def scaling_group(t: dict) -> Group:
+    """The replica recommendation per pool (scaling_rules.py), after the per-server states and
+    the PD roles it reads."""
+    return Group("sglang-scaling.rules", "sglang.rules.yml", tuple(
+        Record(name, expr, why) for name, expr, why in scaling_rules.records(t)))
 
 
 def pd_alerts(t: dict) -> tuple[Alert, ...]:
@@ -919,11 +926,14 @@ def fleet_alerts(t: dict) -> tuple[Alert, ...]:
             "SGLangHostNotReporting",
             f"""
 group by (cluster, host) (max_over_time(up[1h]))
-unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))""",
+unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))
+unless on (cluster) ({scaling.RECOMMENDED} < on (cluster, pool) max_over_time({scaling.RECOMMENDED}[1h]))""",
             "The store heard from the host in the last hour and nothing for the window: no up "
             "sample of any job, so neither a healthy nor a failing scrape. The host's last values "
             "are not its state: its servers, GPUs and alerts are unknown, not healthy. A store "
-            "outage does not fire it: the shippers' buffers fill the gap within the for:.",
+            "outage does not fire it: the shippers' buffers fill the gap within the for:. Nor "
+            "does a host that left while its cluster's replica recommendation was lower than "
+            "within the hour: the autoscaler took it away (docs/scaling.md).",
             severity="critical", for_=for_, summary="A fleet host stopped reporting.",
             description="No sample has arrived from host {{ $labels.host }} (cluster "
                         "{{ $labels.cluster }}) for "
@@ -933,7 +943,8 @@ unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))
             dashboard="sglang-fleet",
             fires_when=f"the store has an `up` sample of the host in the last hour but none in "
                        f"the last {window} (every job: SGLang, the exporter, the shipper), for "
-                       f"{duration_words(for_)}"),
+                       f"{duration_words(for_)}, unless a pool of its cluster has a replica "
+                       f"recommendation below its maximum of the last hour (scaled down)"),
         Alert(
             "SGLangShipperDroppingData",
             dropped,
