@@ -192,7 +192,7 @@ def test_missing_energy_series_are_named_instead_of_a_crash():
     assert f"Not recorded in this window: {E.POWER}, {E.ENERGY_PER_TOKEN}, {E.GPUS}" in text
     assert f"{q('gpu_power_window').label}: —" in text
     assert "GPU count not recorded" in text
-    assert "tokens/s on the host (no GPU count)" in text  # tokens by mode are still there
+    assert "tokens per second on the host (no GPU count)" in text  # tokens by mode are still there
     nothing = capacity.figures(doc({}))
     text = capacity.report(nothing)
     assert "Tokens by mode not recorded" in text
@@ -284,30 +284,54 @@ def add_records(data: Path, start: float, n: int) -> None:
                         "openmetrics", str(om), str(data)], check=True, capture_output=True)
 
 
+def by_hand(raw: dict) -> dict:
+    """The energy figures computed here from the records as Prometheus served them
+    ({record: {labels: {t: v}}}): the mean power, and J per token weighted by tokens."""
+    def mode(record, name):
+        return next((v for k, v in raw[record].items() if dict(k).get("mode", "") == name), {})
+
+    power = mode(E.POWER, "")
+    tokens = {m: mode(E.TOKENS, m) for m in ("prefill_compute", "prefill_cache", "decode")}
+    out = {"power_watts": sum(power.values()) / len(power)}
+    for key, per, modes in (("joules_per_prompt_token", "prefill",
+                             ("prefill_compute", "prefill_cache")),
+                            ("joules_per_output_token", "decode", ("decode",))):
+        ratio = mode(E.ENERGY_PER_TOKEN, per)
+        weights = {t: sum(tokens[m][t] for m in modes) for t in ratio
+                   if all(t in tokens[m] for m in modes)}
+        out[key] = sum(ratio[t] * w for t, w in weights.items()) / sum(weights.values())
+    return out
+
+
 @pytest.fixture(scope="module")
 def healthy_pack(tmp_path_factory):
-    """(pack, figures from Prometheus, Backfilled): `healthy` backfilled with hand-made energy
-    records over its whole window, a snapshot of it, then Prometheus stopped."""
+    """(pack, figures from Prometheus, Backfilled, the energy figures by hand): `healthy`
+    backfilled (with hand-made energy records where the shipped rules do not record them), a
+    snapshot of it, then Prometheus stopped."""
     require_binary("prometheus")
-    from sglang_obs.generate.backfill import backfill, prometheus
+    from sglang_obs.core.prometheus_api import Prometheus
+    from sglang_obs.generate.backfill import RECORDING_RULES, backfill, prometheus
 
     base = tmp_path_factory.mktemp("capacity")
     b = backfill("healthy", base / "data", end=parse_time("2026-11-29T08:00:00Z"), s=S)
     n = int((b.end - b.start) // STEP) + 1
-    add_records(b.data, b.start, n)
+    if f"record: {E.POWER}\n" not in (S.rules_dir / RECORDING_RULES).read_text():
+        add_records(b.data, b.start, n)
     with prometheus(b.data, retention="10y") as url:
+        raw = {r: Prometheus(url).query_range(r, b.start, b.end, STEP)
+               for r in (E.POWER, E.TOKENS, E.ENERGY_PER_TOKEN)}
         result = subprocess.run([EXE, "snapshot", "--prometheus", url, "--from", str(b.start),
                                  "--to", str(b.end), "--out", str(base / "pack"),
                                  "--no-charts"], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         live = _cli("--prometheus", url, "--from", str(b.start), "--to", str(b.end), "--json")
         assert live.returncode == 0, live.stderr
-    return base / "pack", json.loads(live.stdout), b, n
+    return base / "pack", json.loads(live.stdout), b, by_hand(raw)
 
 
 @pytest.mark.slow
 def test_the_pack_gives_what_prometheus_gives_with_prometheus_gone(healthy_pack):
-    out, live, b, n = healthy_pack
+    out, live, b, want = healthy_pack
     assert (out / pack.CAPACITY).is_file()
     result = _cli("--pack", str(out), "--json")  # Prometheus has stopped
     assert result.returncode == 0, result.stderr
@@ -316,7 +340,6 @@ def test_the_pack_gives_what_prometheus_gives_with_prometheus_gone(healthy_pack)
     assert live.pop("source") == "Prometheus"
     assert got == live
     server = got["servers"]["sglang:30000"]
-    want = hand(n)
     for key in ("power_watts", "joules_per_prompt_token", "joules_per_output_token"):
         assert server["energy"][key] == pytest.approx(want[key]), key
     assert server["slo"]["ttft"]["attainment"] > 0.99  # healthy: within the SLO
@@ -329,10 +352,23 @@ def test_the_pack_gives_what_prometheus_gives_with_prometheus_gone(healthy_pack)
 
 @pytest.mark.slow
 def test_the_snapshot_report_and_summary_carry_the_energy(healthy_pack):
-    out, _, _, n = healthy_pack
+    out, _, _, want = healthy_pack
     summary = json.loads((out / "summary.json").read_text())
     e = summary["servers"]["sglang:30000"]["energy"]
-    assert e["joules_per_prompt_token"] == pytest.approx(hand(n)["joules_per_prompt_token"])
+    assert e["joules_per_prompt_token"] == pytest.approx(want["joules_per_prompt_token"])
     report = (out / "report.md").read_text()
     assert "**Energy and cost** (its host's GPUs): " in report
     assert capacity.PRICE_HINT in report
+
+
+@pytest.mark.slow
+def test_docs_capacity_md_examples_are_current():
+    """Exact: every backfill records its rules at the same offsets within the step
+    (backfill.py), so two backfills of one scenario agree sample for sample."""
+    require_binary("prometheus")
+    from sglang_obs.generate import capacity_example
+
+    committed = (S.docs_dir / capacity_example.DOC).read_text()
+    with capacity_example.packs(S) as folders:
+        assert capacity_example.render(committed, folders, S) == committed, \
+            "docs/capacity.md is stale: run python -m sglang_obs.generate capacity-example"

@@ -45,6 +45,8 @@ HOST_RECORDS = (energy.POWER, energy.GPUS, energy.TOKENS, energy.ENERGY_PER_TOKE
 ENERGY_RECORDS = (energy.POWER, energy.ENERGY_PER_TOKEN, energy.IDLE_SHARE,
                   energy.CACHE_SAVED_POWER)  # what the energy figures need (no cost, no GPUs)
 POOL_RECORDS = (scaling.SERVERS, scaling.LOAD, scaling.DESIRED, scaling.RECOMMENDED)
+POOL_WORDS = {scaling.SERVERS: "servers answering", scaling.LOAD: "load in servers at target",
+              scaling.DESIRED: "desired", scaling.RECOMMENDED: "recommended"}
 # Per-server series at the window's step: name -> PromQL, one series per instance.
 SERVER_SERIES = {
     "state": "max by (instance) (instance:sglang_state:code)",
@@ -453,7 +455,7 @@ def _slo_text(slo: dict) -> str:
     for key, label in (("ttft", "ttft_slo_attainment_window"),
                        ("itl", "itl_slo_attainment_window")):
         x = slo[key]
-        objective = (f"; objective {shown.number(x['objective'], '.0%', 'ratio')}"
+        objective = (f" (objective {shown.number(x['objective'], '.0%', 'ratio')})"
                      if x["objective"] is not None else "")
         if x["attainment"] is None:
             parts.append(f"{q(label).label}: no {x['counted']} counted")
@@ -476,24 +478,26 @@ def report(result: dict) -> str:
     lines = [f"# SGLang capacity {w['from']} – {w['to']}", ""]
     for name, x in result["servers"].items():
         h, t, e, room = x["host"], x["throughput"], x["energy"], x["headroom"]
-        where = h["host"] or "its host"
+        where = (f"Host {h['host']}" + (f" of cluster {h['cluster']}" if h["cluster"] else "")
+                 if h["host"] else "Its host (the series name none)")
         shared = [o for o in h["servers"] if o != name]
         gpus = (f"{shown.number(t['gpus'], ',.0f')} GPUs" if t["gpus"] else
                 "GPU count not recorded")
         lines += [f"## {name}", "",
-                  f"Host {where} ({gpus}"
+                  f"{where}: {gpus}"
                   + (f"; shared with {', '.join(shared)}: host figures are theirs together"
-                     if shared else "") + ").", ""]
+                     if shared else "") + ".", ""]
         lines += ["**Throughput at the SLO observed.** " + _slo_text(x["slo"]) + ".", ""]
         if t["per_gpu"] or t["per_host"]:
             per = t["per_gpu"] or t["per_host"]
-            unit = "tokens/s per GPU" if t["per_gpu"] else "tokens/s on the host (no GPU count)"
-            lines += [f"| mode | mean over the window | peak 5 min rate | ({unit}) |",
-                      "|---|---|---|---|"]
+            unit = ("per second per GPU" if t["per_gpu"] else
+                    "per second on the host (no GPU count)")
+            lines += [f"| tokens {unit} | mean over the window | peak 5 min rate |",
+                      "|---|---|---|"]
             for mode, subject in TOKEN_MODES.items():
                 if mode in per:
                     lines.append(f"| {subject} | {rate(per[mode]['mean'], 'tokens/s')} | "
-                                 f"{rate(per[mode]['peak'], 'tokens/s')} | |")
+                                 f"{rate(per[mode]['peak'], 'tokens/s')} |")
             lines.append("")
         else:
             lines += [f"Tokens by mode not recorded ({energy.TOKENS}: SGLang 0.5.7+ and the "
@@ -527,10 +531,11 @@ def report(result: dict) -> str:
                          + "." + _below(first, ph))
         lines.append("")
     if result["pools"]:
-        lines += ["**Replicas** (the replica records, docs/scaling.md):", ""]
+        lines += ["**Replicas** (the replica records at the window's end, docs/scaling.md):",
+                  ""]
         for p in result["pools"].values():
-            parts = [f"{r}: last {shown.number((p.get(r) or {}).get('last'), ',.2f')}"
-                     for r in POOL_RECORDS if p.get(r)]
+            parts = [f"{words} {shown.number((p.get(r) or {}).get('last'), '.3g')}"
+                     for r, words in POOL_WORDS.items() if p.get(r)]
             lines.append(f"- pool {p['pool']}" + (f" ({p['cluster']})" if p["cluster"] else "")
                          + ": " + "; ".join(parts))
         lines.append("")
