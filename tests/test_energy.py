@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 import yaml
 
 from sglang_obs.render import energy_rules, rules
@@ -74,3 +75,21 @@ def test_cost_per_token_on_the_golden(tmp_path):
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                             text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_docs_section_names_every_record():
+    """docs/metrics.md's "Energy and cost" states each record's formula, with its name as
+    energy_rules.py spells it."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    section = text[text.index("## Energy and cost"):]
+    for name in (energy_rules.POWER, energy_rules.GPUS, energy_rules.TOKENS,
+                 energy_rules.ENERGY_PER_TOKEN, energy_rules.IDLE_SHARE,
+                 energy_rules.CACHE_SAVED_POWER, energy_rules.COST_PER_TOKEN):
+        assert f"`{name}" in section, name
+
+
+@pytest.mark.slow  # promtool over two rendered scenarios: about 15 s
+def test_the_numbers_block_is_what_the_energy_product_makes():
+    from sglang_obs.generate.__main__ import main as generate_main
+
+    assert generate_main(["--check", "metrics", "energy"]) == 0, "run make generate"

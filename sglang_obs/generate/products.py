@@ -22,9 +22,23 @@ Owned = list[tuple[Path, str]]
 
 
 def metrics(s: Settings) -> tuple[Files, Owned]:
+    """The exporter's catalogue, then the energy records' section (its numbers block as
+    committed: the energy product computes it)."""
     from sglang_obs.exporter import catalogue
+    from sglang_obs.generate import energy
+    from sglang_obs.render import rules as r
 
-    return {s.docs_dir / "metrics.md": catalogue.render_markdown()}, []
+    doc = s.docs_dir / energy.DOC
+    kept = energy.committed_numbers(doc.read_text() if doc.is_file() else None)
+    return {doc: catalogue.render_markdown() + "\n".join(
+        energy.section(r.inputs(s), kept))}, []
+
+
+def energy_numbers(s: Settings) -> tuple[Files, Owned]:
+    from sglang_obs.generate import energy
+
+    doc = s.docs_dir / energy.DOC
+    return {doc: replace_blocks(doc.read_text(), {energy.BLOCK: energy.numbers(s)}, doc)}, []
 
 
 def simulator_shapes(s: Settings) -> tuple[Files, Owned]:
@@ -266,6 +280,8 @@ PRODUCTS = (
     Product("compatibility", "docs/compatibility.md: every rule and panel per SGLang release",
             compatibility),
     Product("detection", "docs/detection.md: every scenario's alerts through promtool", detection),
+    Product("energy", "docs/metrics.md's energy and cost figures on two scenarios, through "
+            "promtool", energy_numbers),
     Product("fleet-timing", "docs/fleet.md's onset-to-page budget", fleet_timing),
     Product("examples", "docs/images/overview-*.png, the PD pictures and the example snapshot pack",
             examples,
