@@ -69,10 +69,12 @@ DEPLOYMENT_DASHBOARDS = {
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "bargauge", "heatmap", "table",
-               "alertlist", "row"}
+               "alertlist", "row", "text"}
 # Exclusions with a reason each, as in a dashboard-linter .lint file.
-NO_UNIT = {"row": "a row holds panels, not values", "alertlist": "lists alerts, not values"}
-NO_TARGETS = {"row": "a row holds panels", "alertlist": "reads Grafana's alert state"}
+NO_UNIT = {"row": "a row holds panels, not values", "alertlist": "lists alerts, not values",
+           "text": "says what to configure (the cost panel without a price), no value"}
+NO_TARGETS = {"row": "a row holds panels", "alertlist": "reads Grafana's alert state",
+              "text": "says what to configure, queries nothing"}
 RANGE_SUMMARY_TYPES = {"stat", "table", "bargauge"}  # may summarise over $__range
 COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets", "changes"}
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",

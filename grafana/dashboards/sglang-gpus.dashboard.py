@@ -11,6 +11,9 @@ if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dashlib as d
+from grafanalib.core import Text
+
+from sglang_obs.render import energy_rules as er
 
 G = d.GPU
 THROTTLE_ALERTING = d.ALERTS["gpu_throttle_reasons"]
@@ -166,6 +169,59 @@ errors = [
                      h=4),
 ]
 
+# Energy and cost per token, per host (sglang-energy.rules; docs/metrics.md "Energy and cost").
+H = d.WHERE
+PRICE = er.price(d.THRESHOLDS)
+CURRENCY = er.currency(d.THRESHOLDS)
+# Grafana's currency units by ISO code; any other currency is written after the number.
+CURRENCY_UNITS = {"USD", "EUR", "GBP", "JPY", "CHF", "CNY", "INR", "KRW", "SEK", "NOK", "DKK",
+                  "PLN", "CZK", "BRL", "ZAR"}
+
+
+def cost_panel():
+    """Cost per million tokens at cost.gpu_hour_price; without a price, how to set one."""
+    title = "Cost per million tokens"
+    if PRICE is None:
+        return Text(
+            title=title, dataSource=d.DS, gridPos=d.GridPos(x=0, y=0, w=8, h=7), mode="markdown",
+            description="No GPU-hour price is set, so the cost records are not rendered.",
+            content="**No price set.** Set `cost.gpu_hour_price` (money per GPU-hour, in "
+                    "`cost.currency`) in `prometheus/thresholds.yml`, then run `make generate` "
+                    "and reload Prometheus's rules: this panel then plots the cost per million "
+                    "prompt and output tokens (`" + er.COST_PER_TOKEN + "`).")
+    unit = f"currency{CURRENCY}" if CURRENCY in CURRENCY_UNITS else f"suffix: {CURRENCY}"
+    return d.timeseries(
+        title, f"Money per million tokens at {PRICE:g} {CURRENCY} per GPU-hour "
+        "(thresholds.yml cost.gpu_hour_price): the host's GPU-hours split between prompt and "
+        "output tokens as its energy is.",
+        [(f'{er.COST_PER_TOKEN}{{{H}, mode="prefill"}} * 1e6', "{{host}} per M prompt tokens"),
+         (f'{er.COST_PER_TOKEN}{{{H}, mode="decode"}} * 1e6', "{{host}} per M output tokens")],
+        unit, h=7, min_=0)
+
+
+energy = [
+    d.timeseries("Host GPU power",
+                 "The host's GPUs together, mean over 5 min, from NVML's energy counters "
+                 "(Volta and later; a GPU without one is left out).",
+                 [(f"{er.POWER}{{{H}}}", "{{host}}")], d.WATTS, h=7, min_=0),
+    d.timeseries("Energy per token",
+                 "J per prompt token (cached ones included) and per output token, all-in over "
+                 "5 min: the GPUs' energy split between prefill and decode by the tokens each "
+                 "computed.",
+                 [(f'{er.ENERGY_PER_TOKEN}{{{H}, mode="prefill"}}', "{{host}} per prompt token"),
+                  (f'{er.ENERGY_PER_TOKEN}{{{H}, mode="decode"}}', "{{host}} per output token")],
+                 "joule", h=7, min_=0),
+    d.timeseries("Idle share of GPU energy",
+                 "Share of the last hour's GPU energy spent in minutes when the host processed "
+                 "no token (servers idle or down); whole minutes, so a lower bound.",
+                 [(f"{er.IDLE_SHARE}{{{H}}}", "{{host}}")], d.RATIO, h=7, min_=0, max_=1),
+    d.timeseries("Power the prefix cache saves",
+                 "Cached prompt tokens per second at the host's all-in J per computed token: "
+                 "an upper bound of what computing them would draw.",
+                 [(f"{er.CACHE_SAVED_POWER}{{{H}}}", "{{host}}")], d.WATTS, h=7, min_=0),
+    cost_panel(),
+]
+
 inventory = [
     d.table("GPUs",
             "GPU identity: name, UUID, PCI bus, driver and CUDA versions, MIG mode; and its "
@@ -193,6 +249,8 @@ dashboard = d.dashboard(
         ("Memory", "Fullness per GPU and per SGLang server.", memory),
         ("Thermal and power", "Temperature, power and clock events.", thermal),
         ("Errors and links", "ECC, Xid, row remapping and PCIe.", errors),
+        ("Energy and cost", "Per host: power, J per prompt and output token, idle share, what "
+         "the prefix cache saves, cost per million tokens (docs/metrics.md).", energy),
         ("Inventory", "Which GPUs these are.", inventory),
     ],
     extra_variables=[d.EXPORTER, d.GPU_VAR],
