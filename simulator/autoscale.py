@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from sglang_obs.core import settings
-from sglang_obs.core.sglang import EXPORTER_PORT, SGLANG_PORT
 from sglang_obs.core.scaling import Recommender
+from sglang_obs.core.sglang import EXPORTER_PORT, SGLANG_PORT
 from sglang_obs.exporter.collector import GpuCollector, GuardedCollector, SGLangCollector
 from sglang_obs.exporter.gpu import GpuSampler
 from sglang_obs.exporter.gpu_feed import FeedNvml
 from sglang_obs.exporter.nvml import NvmlBackend
 from sglang_obs.exporter.poller import PollSettings, TargetPoller
+from sglang_obs.exporter.sglang_exposition import samples as exposition_samples
 from sglang_obs.exporter.xid import XidWatcher
 from sglang_obs.simulator.render import (
     EXPORTER_JOB,
@@ -48,7 +49,6 @@ from sglang_obs.simulator.render import (
 from sglang_obs.simulator.scenario import Scenario
 from sglang_obs.simulator.server import make_app
 from sglang_obs.simulator.simulation import Simulation
-from sglang_obs.exporter.sglang_exposition import samples as exposition_samples
 
 # From the decision to a server taking requests: the pod scheduled on a node that has the
 # image, the weights read from local disk (tens of GB), the CUDA graphs captured, a warm-up.
@@ -131,7 +131,8 @@ def render_fleet(scenario: Scenario, recommender: Recommender | None = None, ini
         sim.server.crash()  # not there yet: it boots, empty-cached, at ready_at
         app = make_app(sim, lock)
         poller = TargetPoller(
-            f"http://sglang-{len(fleet.replicas)}:{SGLANG_PORT}", PollSettings(interval=poll_interval),
+            f"http://sglang-{len(fleet.replicas)}:{SGLANG_PORT}",
+            PollSettings(interval=poll_interval),
             clock=lambda: sim.t, wall_clock=lambda: start + sim.t,
             fetcher=in_process_fetcher(app, lock, lambda: sim.up))
         nvml = FeedNvml(lambda: [r.__dict__ for r in sim.gpu_readings()])
@@ -183,8 +184,9 @@ def render_fleet(scenario: Scenario, recommender: Recommender | None = None, ini
             out.add("up", target, index, 1.0)
             for name, labels, value in exposition_samples(_metrics_text(r.app)):
                 out.add(name, {**labels, **target}, index, value)
-            out.add("up", {"job": EXPORTER_JOB, "instance": f"{r.host}:{EXPORTER_PORT}", "host": r.host},
-                    index, 1.0)
+            exporter = {"job": EXPORTER_JOB, "instance": f"{r.host}:{EXPORTER_PORT}",
+                        "host": r.host}
+            out.add("up", exporter, index, 1.0)
             mine: dict[str, float] = {}
             for family in r.registry.collect():
                 for s in family.samples:

@@ -233,7 +233,7 @@ def describe(name: str, text: str, column: int, width: int) -> str:
 
 
 def _list() -> None:
-    names = scenarios.available() + pd_scenarios.available()
+    names = scenarios.available() + pd_scenarios.available() + scenarios.pool_scenarios()
     column = max(map(len, names)) + 2
     width = max(shutil.get_terminal_size((100, 20)).columns, column + 40) - 1
     for name in names:

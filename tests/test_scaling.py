@@ -4,11 +4,14 @@ TTFT SLO's fast burn, holding the SLO, and scaling down without flapping."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from sglang_obs.core import scaling, settings
 from sglang_obs.generate import scaling_replay
 from sglang_obs.simulator import scenario as scenarios
+
 from conftest import require_binary
 
 S = settings.default()
@@ -53,7 +56,8 @@ def test_it_follows_the_load_up_at_once():
     r = recommender()
     out = drive(r, [0.5, 0.5] + [3.5] * 10)
     assert out[:3] == [1, 1, 2]  # the first 3.5 averaged with the 0.5s before it: 1.5
-    assert r.load == pytest.approx(3.5) and out[-1] == 4  # the window holds only 3.5 now
+    assert r.load == pytest.approx(3.5)  # the window holds only 3.5 now
+    assert out[-1] == 4
 
 
 def test_it_steps_down_one_server_per_window_after_the_load_stayed_low_for_a_window():
@@ -64,8 +68,9 @@ def test_it_steps_down_one_server_per_window_after_the_load_stayed_low_for_a_win
     low = drive(r, [0.1] * (4 * window + 8), start=20 * EVERY)
     changes = [i for i in range(1, len(low)) if low[i] != low[i - 1]]
     assert [low[i - 1] - low[i] for i in changes] == [1] * len(changes)  # one at a time
-    assert all(b - a >= window for a, b in zip(changes, changes[1:]))  # once per window
-    assert low[0] == 6 and low[-1] < 6
+    assert all(b - a >= window for a, b in pairwise(changes))  # once per window
+    assert low[0] == 6
+    assert low[-1] < 6
 
 
 def test_a_dip_shorter_than_the_window_changes_nothing():
@@ -132,7 +137,8 @@ def test_the_recommendation_rises_before_the_fast_burn_and_the_slo_holds_with_it
     assert unscaled.burn_onset is not None, "one server must burn the TTFT budget on the ramp"
     assert unscaled.first_alert() is not None
     rise = unscaled.rise()
-    assert rise is not None and rise < unscaled.burn_onset
+    assert rise is not None
+    assert rise < unscaled.burn_onset
     lead = unscaled.burn_onset - rise
     print(f"recommendation above 1 at {rise / 60:.1f} min, fast burn at "
           f"{unscaled.burn_onset / 60:.1f} min: {lead / 60:.1f} min ahead")
@@ -150,11 +156,12 @@ def test_the_ramp_down_recommends_fewer_servers_without_flapping(replayed):
     decisions = scaled.fleet.decisions
     peak_at = max(range(len(decisions)), key=lambda i: decisions[i].recommended)
     after = decisions[peak_at:]
-    changes = [b for a, b in zip(after, after[1:]) if b.recommended != a.recommended]
-    assert changes and after[-1].recommended < decisions[peak_at].recommended
-    assert all(b.recommended < a.recommended for a, b in zip(after, after[1:])
+    changes = [b for a, b in pairwise(after) if b.recommended != a.recommended]
+    assert changes
+    assert after[-1].recommended < decisions[peak_at].recommended
+    assert all(b.recommended < a.recommended for a, b in pairwise(after)
                if b.recommended != a.recommended), "the ramp-down never asks for more"
-    gaps = [b.t - a.t for a, b in zip(changes, changes[1:])]
+    gaps = [b.t - a.t for a, b in pairwise(changes)]
     assert all(g >= POLICY.scale_down_window_s for g in gaps), gaps
 
 

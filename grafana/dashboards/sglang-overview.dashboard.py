@@ -17,6 +17,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 
 import dashlib as d
 
+from sglang_obs.core import scaling
+
 NOW, USUAL = d.quantities.q("decode_speed"), d.quantities.q("decode_speed_usual")
 
 TTFT_LE, ITL_LE = d.slo_le("ttft"), d.slo_le("itl")
@@ -215,6 +217,26 @@ throughput = [
                  d.RATIO, w=6, min_=0, max_=1, overrides=d.dashed("B")),
 ]
 
+# The replica recommendation per pool (docs/scaling.md): what KEDA or an HPA scales on.
+replicas = [
+    d.timeseries("Servers: recommended and answering",
+                 "Per pool (unified, or a PD deployment's prefill and decode): the servers to "
+                 "run (the recommendation KEDA and the HPA scale on: up at once, down one at a "
+                 "time), the servers the load needs now (dashed), and the servers that answer.",
+                 [(f"{scaling.RECOMMENDED}{{{d.DEPLOYMENT}}}", "{{pool}} recommended"),
+                  (f"{scaling.DESIRED}{{{d.DEPLOYMENT}}}", "{{pool}} desired now"),
+                  (f"{scaling.SERVERS}{{{d.DEPLOYMENT}}}", "{{pool}} answering")],
+                 d.COUNT, w=12, min_=0, overrides=d.dashed("B")),
+    d.timeseries("Load in servers at target",
+                 "Per pool, the sum of each server's busiest leading signal over its target "
+                 "(requests in the server over max_running_requests, KV occupancy, prefill "
+                 "backlog; thresholds.yml scaling:), each the mean over 2 min; and per server. "
+                 "Above the servers answering, the pool needs more.",
+                 [(f"{scaling.LOAD}{{{d.DEPLOYMENT}}}", "{{pool}}"),
+                  (f"{scaling.INSTANCE_LOAD}{{{d.INST}}}", "{{instance}}")],
+                 d.NONE, w=12, min_=0, overrides=d.dashed("B")),
+]
+
 alerts = [
     d.alert_list("Firing alerts",
                  "Firing and pending alerts from the Prometheus rules (SGLang*, GPU*), read "
@@ -327,6 +349,8 @@ dashboard = d.dashboard(
          "capacity), pending prefill tokens with GPU busy (backlog), GPU memory vs busy "
          "(preallocation).", pressure),
         ("Throughput and cache", "Tokens and requests per second, prefix cache.", throughput),
+        ("How many servers", "The replica recommendation per pool and the load it reads "
+         "(docs/scaling.md).", replicas),
         d.Feature("Speculative decoding (--speculative-algorithm)",
                   "Tokens per verify step from counters, and against the most a step can "
                   "yield. Collapsed: a server without speculation has none of these series.",

@@ -63,6 +63,8 @@ def rule_levels(s: Settings, only: set[str] | None = None) -> list[list[dict]]:
         for r in rules:
             if r["record"] in level:
                 continue
+            # A rule that reads its own past (the replica recommendation's hysteresis) is
+            # backfilled without it: it shows what its fallback gives, the desired count.
             used = {n for n in re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", r["expr"])
                     if n in names and n != r["record"]}
             if all(u in level for u in used):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_obs.core.doc_blocks import replace_blocks
+from sglang_obs.core.doc_blocks import read_block, replace_blocks
 from sglang_obs.core.settings import Settings
 from sglang_obs.generate.files import ORPHAN, sync
 
@@ -68,7 +68,7 @@ def simulator_docs(s: Settings) -> tuple[Files, Owned]:
 
 def rules(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.render import rules as r
-    from sglang_obs.render import runbooks
+    from sglang_obs.render import runbooks, scaling_rules
 
     t = r.inputs(s)
     files = {s.root / rel: text for rel, text in {**r.rule_files(t),
@@ -80,6 +80,12 @@ def rules(s: Settings) -> tuple[Files, Owned]:
     if s.shipped and alerting.is_file():  # and the alerting guide the shipped SLO
         files[alerting] = replace_blocks(alerting.read_text(),
                                          {"slo-defaults": r.slo_doc_block(t)}, alerting)
+    scaling_doc = s.docs_dir / "scaling.md"
+    if s.shipped and scaling_doc.is_file():  # and the scaling guide the shipped policy
+        text = scaling_doc.read_text()  # its replay block is the `scaling` product's
+        files[scaling_doc] = replace_blocks(
+            text, {"scaling-policy": scaling_rules.doc_block(t),
+                   "scaling-replay": read_block(text, "scaling-replay")}, scaling_doc)
     return files, []
 
 
@@ -226,6 +232,17 @@ def capacity_example(s: Settings) -> tuple[Files, Owned]:
         return {doc: c.render(doc.read_text(), folders, s)}, []
 
 
+def scaling(s: Settings) -> tuple[Files, Owned]:
+    from sglang_obs.generate import scaling_replay as r
+
+    doc = s.docs_dir / r.DOC
+    unscaled, scaled = r.replay(s)
+    text = doc.read_text()  # its policy block is the `rules` product's
+    return {doc: replace_blocks(text, {r.BLOCK: r.doc_block(unscaled, scaled) + "\n",
+                                       "scaling-policy": read_block(text, "scaling-policy")},
+                                doc)}, []
+
+
 def glance_images(s: Settings) -> tuple[Files, Owned]:
     from sglang_obs.generate import glance_images as g
 
@@ -292,6 +309,9 @@ PRODUCTS = (
     Product("capacity-example", "docs/capacity.md's worked examples", capacity_example,
             why_unchecked="two backfills and snapshots, half a minute; tests/test_capacity.py "
             "compares them exactly"),
+    Product("scaling", "docs/scaling.md's ramp replayed with and without the recommendation",
+            scaling, why_unchecked="two 140-minute replays through promtool, two minutes; "
+            "tests/test_scaling.py compares them exactly"),
     Product("glance-images", "docs/images/glance-*.png (Chromium screenshots)", glance_images,
             why_unchecked="Chromium screenshots"),
     Product("performance", "docs/performance.md's measured blocks, from bench/results/*.json",

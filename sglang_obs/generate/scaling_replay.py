@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import tempfile
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from sglang_obs.core import scaling
@@ -90,21 +91,20 @@ def _evaluate(fleet: Fleet, name: str, s: Settings, workdir: Path) -> Run:
              for e in (scaling.RECOMMENDED, scaling.LOAD, TTFT_1H, TTFT_5M, FIRING)]
     output = promtool_eval.evaluate(series, exprs, step, workdir, s, name)
     limit = fast_burn_factor() * (1 - float(s.thresholds["slo"]["ttft"]["objective"]))
+    def got(expr: str, at: int):
+        return _parse_got(output, expr.replace('"', '\\"'), at)
+
     for i in range(out.steps):
         at = i * step
-
-        def got(expr: str):
-            return _parse_got(output, expr.replace('"', '\\"'), at)
-
-        for labels, v in got(scaling.RECOMMENDED):
+        for _, v in got(scaling.RECOMMENDED, at):
             run.recommended[i] = v
-        for labels, v in got(scaling.LOAD):
+        for _, v in got(scaling.LOAD, at):
             run.load[i] = v
-        long = {lab.get("instance"): v for lab, v in got(TTFT_1H)}
-        short = {lab.get("instance"): v for lab, v in got(TTFT_5M)}
+        long = {lab.get("instance"): v for lab, v in got(TTFT_1H, at)}
+        short = {lab.get("instance"): v for lab, v in got(TTFT_5M, at)}
         if any(v > limit and short.get(inst, 0) > limit for inst, v in long.items()):
             run.burning.add(i)
-        for labels, _ in got(FIRING):
+        for labels, _ in got(FIRING, at):
             run.alerts.setdefault(labels["alertname"], set()).add(i)
     # Every arrival counts: one still without a first token at the end is an error once it
     # has waited longer than the threshold, as is one no server could take.
@@ -142,10 +142,10 @@ def _alert(run: Run) -> str:
 def doc_block(unscaled: Run, scaled: Run) -> str:
     """docs/scaling.md's generated numbers."""
     fleet = scaled.fleet
-    changes = [d for a, d in zip(fleet.decisions, fleet.decisions[1:])
+    changes = [d for a, d in pairwise(fleet.decisions)
                if d.recommended != a.recommended]
-    ups = [d for a, d in zip(fleet.decisions, fleet.decisions[1:]) if d.recommended > a.recommended]
-    downs = [d for a, d in zip(fleet.decisions, fleet.decisions[1:])
+    ups = [d for a, d in pairwise(fleet.decisions) if d.recommended > a.recommended]
+    downs = [d for a, d in pairwise(fleet.decisions)
              if d.recommended < a.recommended]
     peak = max(d.recommended for d in fleet.decisions)
     lines = [
@@ -171,7 +171,7 @@ def doc_block(unscaled: Run, scaled: Run) -> str:
         "The recommendation with the replay: " + "; ".join(
             f"{minutes(d.t)}: {d.recommended}" for d in changes) + ".",
         f"{len(ups)} rise(s) and {len(downs)} fall(s); the falls came "
-        + ", ".join(minutes(b.t - a.t) for a, b in zip(downs, downs[1:])) + " apart."
+        + ", ".join(minutes(b.t - a.t) for a, b in pairwise(downs)) + " apart."
         if len(downs) > 1 else f"{len(ups)} rise(s) and {len(downs)} fall(s).",
     ]
     return "\n".join(lines)

@@ -28,6 +28,7 @@ def records(t: dict) -> list[tuple[str, str, str]]:
     p = scaling.Policy.from_thresholds(t)
     e = f'job="{t["selectors"]["exporter_job"]}"'
     w = p.scale_down_window
+    fill = _number(p.scale_down_fill_ratio)
     return [
         (POOL_INFO, f"""
 max by (cluster, host, instance, pool) (
@@ -62,7 +63,8 @@ sum by (cluster, pool) (
 (
   {DESIRED} > {RECOMMENDED}
   or ({RECOMMENDED} - 1)
-    and on (cluster, pool) (max_over_time({LOAD}[{w}]) <= on (cluster, pool) ({RECOMMENDED} - 1) * {_number(p.scale_down_fill_ratio)})
+    and on (cluster, pool) (max_over_time({LOAD}[{w}])
+      <= on (cluster, pool) ({RECOMMENDED} - 1) * {fill})
     and on (cluster, pool) (changes({RECOMMENDED}[{w}]) == 0)
   or {RECOMMENDED}
 ) and on (cluster, pool) {DESIRED}
