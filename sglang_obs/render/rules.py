@@ -927,7 +927,8 @@ def fleet_alerts(t: dict) -> tuple[Alert, ...]:
             f"""
 group by (cluster, host) (max_over_time(up[1h]))
 unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))
-unless on (cluster) ({scaling.RECOMMENDED} < on (cluster, pool) max_over_time({scaling.RECOMMENDED}[1h]))""",
+unless on (cluster) (
+  {scaling.RECOMMENDED} < on (cluster, pool) max_over_time({scaling.RECOMMENDED}[1h]))""",
             "The store heard from the host in the last hour and nothing for the window: no up "
             "sample of any job, so neither a healthy nor a failing scrape. The host's last values "
             "are not its state: its servers, GPUs and alerts are unknown, not healthy. A store "
