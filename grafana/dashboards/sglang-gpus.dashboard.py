@@ -215,9 +215,10 @@ energy = [
                  "Share of the last hour's GPU energy spent in minutes when the host processed "
                  "no token (servers idle or down); whole minutes, so a lower bound.",
                  [(f"{er.IDLE_SHARE}{{{H}}}", "{{host}}")], d.RATIO, h=7, min_=0, max_=1),
-    d.timeseries("Power the prefix cache saves",
+    d.timeseries("Upper bound of the power the prefix cache saves",
                  "Cached prompt tokens per second at the host's all-in J per computed token: "
-                 "an upper bound of what computing them would draw.",
+                 "an upper bound of what computing them would draw, often far above it (it "
+                 "prices a prompt token like an output token; docs/metrics.md).",
                  [(f"{er.CACHE_SAVED_POWER}{{{H}}}", "{{host}}")], d.WATTS, h=7, min_=0),
     cost_panel(),
 ]

@@ -94,7 +94,7 @@ def _capacity_quantities() -> dict[str, Quantity]:
             ("energy_per_prompt_token", "Energy per prompt token", ""),
             ("energy_per_output_token", "Energy per output token", ""),
             ("idle_energy_share", "Share of GPU energy spent idle (1 h)", "mean"),
-            ("cache_saved_power", "Power the prefix cache saves", "mean"),
+            ("cache_saved_power", "Upper bound of the power the prefix cache saves", "mean"),
             ("cost_per_million_prompt_tokens", "Cost per million prompt tokens", ""),
             ("cost_per_million_output_tokens", "Cost per million output tokens", ""),
             ("ttft_slo_attainment", "TTFT SLO attainment", ""),

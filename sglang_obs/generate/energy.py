@@ -68,7 +68,7 @@ def section(t: dict, numbers: str) -> list[str]:
         "output token |",
         f"| `{er.IDLE_SHARE}` | Σ energy of the hour's minutes with no token / Σ energy of its "
         "minutes | share of GPU energy spent idle, 0-1 |",
-        f"| `{er.CACHE_SAVED_POWER}` | K · P/(C+D) | W the prefix cache saves |",
+        f"| `{er.CACHE_SAVED_POWER}` | K · P/(C+D) | W the prefix cache saves, at most (an upper bound) |",
         f"| `{er.COST_PER_TOKEN}{{mode}}` | energy per token · (GPUs · price / 3600) / P | "
         "money per token; dashboards show it per million |",
         "",
@@ -109,7 +109,13 @@ def section(t: dict, numbers: str) -> list[str]:
         "scrape interval over 30 s some minutes have fewer and are left out of both sums. "
         "Only hosts whose servers report realtime tokens have it.",
         "- **Cache-saved power** prices a cached token at the all-in J per computed token, "
-        "idle and static power included: an upper bound of what computing it would add.",
+        "idle and static power included, and a prompt token like an output token: an upper "
+        "bound of what computing it would add, often far above it. Prefill computes thousands "
+        "of tokens per forward pass where decode computes one per request, so a prompt token "
+        "costs a fraction of an output token's energy; SGLang's counters do not say how much "
+        "GPU time each mode took, so the split by tokens cannot tell them apart. On the seed "
+        "incident, where most long prompts come from the cache, the bound is far above "
+        "the host's whole draw (the table above).",
         "- **Mixed-model host.** Servers of several models on one host share its GPUs' energy "
         "in one figure per host: a token of a small model and one of a large model are charged "
         "alike. Per-server figures would need each server's GPUs (not known to the rules); "

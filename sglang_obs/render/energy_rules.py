@@ -23,7 +23,7 @@ Semantics (the formulas, with their error bounds, are in docs/metrics.md):
   token rates, add up to POWER.
 - IDLE_SHARE: share of the last hour's GPU energy spent in minutes when the host processed no
   token (its servers idle or down), 0-1; only where the servers report realtime tokens.
-- CACHE_SAVED_POWER: W the prefix cache saves: cached prompt tokens per second at the host's
+- CACHE_SAVED_POWER: W the prefix cache saves, at most: cached prompt tokens per second at the host's
   joules per computed token.
 - COST_PER_TOKEN{mode}: money per token (currency of thresholds.yml's cost.currency) at
   cost.gpu_hour_price: the host's GPU-hours per second split between the modes as its energy
@@ -158,9 +158,11 @@ and on ({BY}) sum by ({BY}) (increase({REALTIME}{{{s}}}[1h]))""",
         (CACHE_SAVED_POWER, f"""
 {_tokens("prefill_cache")}
   * {POWER} / ({COMPUTED} > 0)""",
-         "W the prefix cache saves: the cached prompt tokens per second at the host's all-in "
-         "joules per computed token (an upper bound: the all-in figure includes idle and "
-         "static power, which computing them would not add)."),
+         "W the prefix cache saves, at most: the cached prompt tokens per second at the "
+         "host's all-in joules per computed token. An upper bound, often far above the real "
+         "saving: the all-in figure includes idle and static power, which computing them would "
+         "not add, and it prices a prompt token like an output token, while prefill computes "
+         "many tokens per step and decode one per request."),
     ]
     p = price(t)
     if p is not None:

@@ -479,7 +479,7 @@ def report(result: dict) -> str:
     for name, x in result["servers"].items():
         h, t, e, room = x["host"], x["throughput"], x["energy"], x["headroom"]
         where = (f"Host {h['host']}" + (f" of cluster {h['cluster']}" if h["cluster"] else "")
-                 if h["host"] else "Its host (the series name none)")
+                 if h["host"] else "Its host (its series carry no host label)")
         shared = [o for o in h["servers"] if o != name]
         gpus = (f"{shown.number(t['gpus'], ',.0f')} GPUs" if t["gpus"] else
                 "GPU count not recorded")
