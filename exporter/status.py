@@ -341,8 +341,11 @@ class ServerTracker:
 
     def __init__(self, server: str, classification: Classification, poll_interval: float = 1.0,
                  current: Callable[[], Snapshot] | None = None,
-                 wall_clock: Callable[[], float] = time.time, *, baseline_step: float):
+                 wall_clock: Callable[[], float] = time.time, *, baseline_step: float,
+                 energy: Callable[[], float | None] | None = None):
         self.server = server
+        # () -> the joules its GPUs' energy counters hold now (None without NVML's counter)
+        self._energy = energy
         self.classification = classification
         self._current = current  # the poller's latest snapshot (a log line may refresh it)
         self._wall = wall_clock
@@ -351,7 +354,7 @@ class ServerTracker:
                               int(BASELINE_WINDOW / baseline_step) + 1, baseline_step)
         self._trend = Ring(_TREND_FIELDS, int(TREND_WINDOW / TREND_SLOT), TREND_SLOT)
         self._minute = Ring({"requests": "last", "inflight": "last", "backlog": "last",
-                             **dict.fromkeys(FEATURE_COUNTERS, "last")},
+                             "energy": "last", **dict.fromkeys(FEATURE_COUNTERS, "last")},
                             int(math.ceil(MINUTE / max(poll_interval, 0.05))) + 3, 0.0)
         self._last: tuple[float, float, Snapshot] | None = None  # (t, wall time, snapshot)
         self._prev_t: float | None = None
@@ -386,6 +389,7 @@ class ServerTracker:
             requests = nv.get("num_requests_total")
             self._minute.offer(t, {"requests": requests, "inflight": inflight,
                                    "backlog": d.prefill_backlog_tokens,
+                                   "energy": self._energy() if self._energy else None,
                                    **{k: nv.get(name) for k, name in FEATURE_COUNTERS.items()}})
             self._trend.offer(t, {
                 "t": t, "requests": requests, "inflight": inflight,
@@ -483,10 +487,12 @@ def counted(native: Mapping[str, float]) -> Mapping[str, float]:
     return {**dict.fromkeys(COUNTED_FROM_FIRST_REQUEST, 0.0), **native}
 
 
-# SGLang counters whose last-minute increases say a feature stopped paying: tokens per verify
-# step (speculative decoding) and the share of evicted device tokens HiCache dropped, as the
-# rules' 1-minute ratios read them (render/feature_rules.py).
+# SGLang counters whose last-minute increases the page reads: tokens per verify step
+# (speculative decoding) and the share of evicted device tokens HiCache dropped, as the rules'
+# 1-minute ratios read them (render/feature_rules.py), and the tokens computed that its GPUs'
+# energy is split over (energy_per_output_token).
 FEATURE_COUNTERS = {"generated": "generation_tokens_total",
+                    "prompt": "prompt_tokens_total", "cached": "cached_tokens_total",
                     "verifies": "spec_verify_calls_total",
                     "dropped": "hicache_dropped_tokens_total", "evicted": "evicted_tokens_total"}
 
@@ -518,9 +524,21 @@ def _minute_window(minute, t: float) -> dict[str, Any]:
         out["finished"] = finished
         if now["inflight"] is not None and then["inflight"] is not None:
             out["received"] = max(finished + now["inflight"] - then["inflight"], 0.0)
-    for field in FEATURE_COUNTERS:
+    for field in (*FEATURE_COUNTERS, "energy"):
         out[field] = _increase(now[field], then[field])
     return out
+
+
+def energy_per_output_token(minute: Mapping[str, Any]) -> float | None:
+    """The energy records' J per output token (energy_rules.ENERGY_PER_TOKEN{mode="decode"})
+    over the last minute: its GPUs' energy split between prefill and decode by the tokens each
+    computed, decode's share over the output tokens, i.e. E / (computed prompt + output)."""
+    energy, generated = minute.get("energy"), minute.get("generated")
+    prompt, cached = minute.get("prompt"), minute.get("cached")
+    if energy is None or generated is None or prompt is None or cached is None:
+        return None
+    computed = max(prompt - cached, 0.0) + generated
+    return energy / computed if generated > 0 else None
 
 
 # -- the board -------------------------------------------------------------------------------------
@@ -545,12 +563,27 @@ class StatusBoard:
 
     def add(self, server: str, current: Callable[[], Snapshot] | None = None) -> ServerTracker:
         tracker = ServerTracker(server, self.classification, self.poll_interval, current,
-                                self._wall, baseline_step=self.baseline_step)
+                                self._wall, baseline_step=self.baseline_step,
+                                energy=lambda: self._energy_of(server))
         self.trackers.append(tracker)
         return tracker
 
     def set_gpus(self, gpus: Callable[[], Any] | None) -> None:
         self._gpus = gpus
+
+    def _energy_of(self, server: str) -> float | None:
+        """The joules the energy counters of `server`'s GPUs hold now, from the latest NVML
+        reading: its GPUs by process (--collector.nvml.processes), else every GPU of the host
+        when it runs this one server; None when that is unknown or a counter is missing."""
+        reading = self._gpus() if self._gpus else None
+        if reading is None or not reading.ok:
+            return None
+        if any(s for g in reading.gpus for s in g.process_memory):
+            gpus = [g for g in reading.gpus if server in g.process_memory]
+        else:
+            gpus = reading.gpus if len(self.trackers) == 1 else []
+        values = [g.values.get("energy_joules_total") if g.up else None for g in gpus]
+        return sum(values) if values and None not in values else None
 
     def status(self) -> dict[str, Any]:
         with shown.counting(self.hidden):
@@ -586,6 +619,7 @@ def _gpu(g) -> dict[str, Any]:
     v = g.values if g.up else {}
     return {"index": g.index, "name": g.name, "up": g.up,
             "utilization_ratio": v.get("utilization_ratio"),
+            "power_watts": v.get("power_watts"),
             "memory_used_bytes": v.get("memory_used_bytes"),
             "memory_total_bytes": v.get("memory_total_bytes"),
             "servers": sorted(s for s in g.process_memory if s)}
@@ -701,6 +735,13 @@ def server_status(tracker: ServerTracker, gpus: list[dict[str, Any]]) -> dict[st
         "retracted_recently": s.retracted_recently,
         "trends": trends(extra["trend"], extra["t"]),
         "gpus": gpus,
+        "energy": {
+            "power_watts": (sum(g["power_watts"] for g in gpus)
+                            if gpus and all(g["power_watts"] is not None for g in gpus)
+                            else None),
+            "joules_per_output_token_last_minute": energy_per_output_token(minute),
+            "output_tokens_last_minute": minute.get("generated"),
+        },
         "patterns": [],
     }
     out["reason"] = reason(state, s, c, out)

@@ -178,6 +178,10 @@ def display(srv: dict[str, Any], board_status: dict[str, Any]) -> dict[str, Any]
                     and p["running"] == 0 else
                     _or_nr(up, dec["speed_per_request"], speed(dec["speed_per_request"]))),
         "t.speed_p90": ("—" if dec["speed_p90_1h"] is None else speed(dec["speed_p90_1h"])),
+        "g.power": shown.watts(srv["energy"]["power_watts"]),
+        "g.energy_per_token": (
+            "— (no output tokens)" if srv["energy"]["output_tokens_last_minute"] == 0 else
+            shown.joules(srv["energy"]["joules_per_output_token_last_minute"])),
     }
     paths = {}
     for name in TREND_SERIES:
@@ -341,6 +345,10 @@ def server_section(i: int, srv: dict[str, Any]) -> str:
         _qrow("decode_speed", "t.speed", t),
         _qrow("decode_speed_usual", "t.speed_p90", t),
     ))
+    energy = "".join((
+        _qrow("gpu_power_now", "g.power", t),
+        _qrow("energy_per_output_token_last_minute", "g.energy_per_token", t),
+    ))
     sparks = "".join(_spark(name, disp, srv["trends"]["points"]) for name in TREND_SERIES)
     patterns = "".join(
         f'<li>{esc(text)} <span class="note">({esc(STATE_LABELS.get(state, "a quiet server"))})'
@@ -360,7 +368,7 @@ data-state="{esc(srv['state'])}">
 <article class="block"><h3>Where requests are</h3><dl>{stages}</dl></article>
 <article class="block"><h3>Tokens, trends and GPUs</h3><dl>{tokens}</dl>
 <div class="sparks">{sparks}</div>
-<h4>GPUs</h4>{_list("gpus", disp["lists"]["gpus"], "gpus")}
+<h4>GPUs</h4><dl>{energy}</dl>{_list("gpus", disp["lists"]["gpus"], "gpus")}
 <h4>Reading the signals</h4>{_list("patterns", disp["lists"]["patterns"], "patterns")}
 <details><summary>The reading patterns, and the state each points to</summary>
 <ul>{patterns}</ul></details>

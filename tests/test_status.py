@@ -18,7 +18,9 @@ from prometheus_client import CollectorRegistry
 from sglang_obs.exporter import cli
 from sglang_obs.exporter.collector import GuardedCollector, SGLangCollector
 from sglang_obs.exporter.derived import Derived
-from sglang_obs.exporter.nvml import GpuReading, NvmlReading
+from sglang_obs.exporter.gpu import GpuSampler
+from sglang_obs.exporter.gpu_feed import FeedNvml
+from sglang_obs.exporter.nvml import GpuReading, NvmlBackend, NvmlReading
 from sglang_obs.exporter.poller import PollSettings, Snapshot, TargetPoller
 from sglang_obs.exporter.queue_run import QueueRunState
 from sglang_obs.exporter.sglang_api import PD_QUEUES, PdLoad, ServerConfig
@@ -34,7 +36,13 @@ from sglang_obs.exporter.status import (
     load_classification,
     quantile,
 )
-from sglang_obs.exporter.status_page import CSP, GlancePages, status_json
+from sglang_obs.exporter.status_page import (
+    CSP,
+    GlancePages,
+    status_json,
+    status_with_display,
+)
+from sglang_obs.exporter.status_page import page as render_page
 from sglang_obs.exporter.web import Exposition, make_app, serve
 from sglang_obs.generate import detection
 from sglang_obs.render import rules
@@ -473,3 +481,76 @@ def test_the_glance_page_names_the_feature_that_stopped_paying(name, at, said):
         assert status["features"]["hicache_dropped_ratio_last_minute"] is None
     else:
         assert said in status["reason"], (status["reason"], status["features"])
+
+
+# -- energy --------------------------------------------------------------------------------------
+def _gpus(joules: float, watts: float) -> NvmlReading:
+    return NvmlReading(True, [GpuReading(i, f"GPU-{i}", name="H200", values={
+        "energy_joules_total": joules / 2, "power_watts": watts / 2, "utilization_ratio": 0.5})
+        for i in range(2)])
+
+
+def test_energy_per_output_token_splits_the_minutes_energy_by_the_tokens_computed():
+    """By hand: 2 GPUs at 600 W for the minute, 36,000 J; 3,000 prompt tokens of which 1,000
+    cached, 1,000 output tokens: 36,000 / (2,000 + 1,000) = 12 J per output token, as the
+    energy records compute it (decode's share of the energy over the output tokens)."""
+    board = StatusBoard(C, poll_interval=5.0)
+    tracker = board.add("s:1")
+    joules = [1e6]
+    board.set_gpus(lambda: _gpus(joules[0], 600.0))
+    for i in range(13):  # 0 .. 60 s
+        tracker.observe(i * 5.0, snapshot(polls=i + 1, native={
+            "num_requests_total": float(i), "prompt_tokens_total": 250.0 * i,
+            "cached_tokens_total": 1000.0 / 12 * i, "generation_tokens_total": 1000.0 / 12 * i}))
+        joules[0] += 600.0 * 5.0
+    srv = status_with_display(board)["servers"][0]
+    assert srv["energy"]["power_watts"] == 600.0
+    assert srv["energy"]["joules_per_output_token_last_minute"] == pytest.approx(12.0)
+    text = srv["display"]["text"]
+    assert (text["g.power"], text["g.energy_per_token"]) == ("600 W", "12 J")
+    page = render_page(board, "/metrics", ["http://s:1"]).decode()
+    assert "Energy per output token" in page
+    assert "12 J" in page
+
+
+def test_energy_needs_the_counter_and_gpus_known_to_be_the_servers():
+    board = StatusBoard(C, poll_interval=5.0)
+    one, two = board.add("s:1"), board.add("s:2")
+    board.set_gpus(lambda: _gpus(1e6, 600.0))  # two servers, GPUs not attributed: unknown
+    for t in (0.0, 60.0):
+        for tracker in (one, two):
+            tracker.observe(t, snapshot(polls=int(t) + 1, native={
+                "generation_tokens_total": t, "prompt_tokens_total": t,
+                "cached_tokens_total": 0.0}))
+    for srv in status_with_display(board)["servers"]:
+        assert srv["energy"]["joules_per_output_token_last_minute"] is None
+        assert srv["display"]["text"]["g.energy_per_token"] == "—"
+
+
+def test_a_simulated_servers_glance_energy_matches_its_gpus():
+    """The simulator's healthy server through the real poller and NVML code: its GPUs' power,
+    and J per output token within the range its power and token rate allow."""
+    sim = Simulation(scenarios.load("healthy"), "0.5.23")
+    app = sim_app(sim, threading.Lock())
+    board = StatusBoard(C, poll_interval=5.0)
+    tracker = board.add("sglang:30000")
+    nvml = FeedNvml(lambda: [r.__dict__ for r in sim.gpu_readings()])
+    sampler = GpuSampler(NvmlBackend(nvml))
+    board.set_gpus(lambda: sampler.reading)
+    poller = TargetPoller("http://sglang:30000", PollSettings(interval=5.0),
+                          clock=lambda: sim.t, fetcher=in_process_fetcher(app, None, lambda: True),
+                          on_poll=tracker.observe)
+    for t in range(0, 601, 5):
+        sim.advance(float(t))
+        sampler.sample()
+        poller.poll_once()
+    e = status_with_display(board)["servers"][0]["energy"]
+    watts = sum(g.values["power_watts"] for g in sampler.reading.gpus)
+    assert e["power_watts"] == pytest.approx(watts)
+    assert 60.0 * 2 <= watts <= 275.0 * 2  # the simulator's idle and limit power, 2 GPUs
+    assert e["output_tokens_last_minute"] > 0
+    # At most the whole minute at the power limit over the output tokens, at least at idle
+    # power over every token computed: a loose bracket, and a value that is there.
+    per_token = e["joules_per_output_token_last_minute"]
+    assert per_token is not None
+    assert 0 < per_token < 275.0 * 2 * 65 / e["output_tokens_last_minute"]

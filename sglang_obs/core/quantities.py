@@ -132,6 +132,12 @@ QUANTITIES: dict[str, Quantity] = {
         "since the server started"),
     "arrivals_last_minute": Quantity("arrivals_last_minute", "Arrivals", "",
                                      "in the last minute"),
+    # Its GPUs' energy, as the energy records define it (sglang_obs/render/energy_rules.py),
+    # over the exporter's own last minute of polls instead of 5 min of scrapes.
+    "gpu_power_now": Quantity("gpu_power_now", "GPU power", "", "now"),
+    "energy_per_output_token_last_minute": Quantity(
+        "energy_per_output_token_last_minute", "Energy per output token", "",
+        "in the last minute"),
     # The state classification's inputs: the exporter's derived signals, recorded by the rules.
     "decode_speed": Quantity("decode_speed", "Decode speed per request", "", "now",
                              "instance:sglang_decode_speed_per_request:max"),

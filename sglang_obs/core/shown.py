@@ -144,6 +144,18 @@ def number(value: object, spec: str, kind: str = "count", suffix: str = "") -> s
     return DASH if v is None else f"{v:{spec}}{suffix}"
 
 
+def watts(value: object) -> str:
+    return number(value, ",.0f", "rate", " W")
+
+
+def joules(value: object) -> str:
+    """Energy to three significant figures: 0.0979 J, 2.56 J, 1,840 J."""
+    v = checked(value, "rate")
+    if v is None:
+        return DASH
+    return f"{v:,.0f} J" if v >= 1000 else f"{v:.3g} J"
+
+
 # -- the glance page's words ---------------------------------------------------------------
 def count(value: object) -> str:
     return number(value, ",.0f")

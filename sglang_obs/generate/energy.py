@@ -68,7 +68,7 @@ def section(t: dict, numbers: str) -> list[str]:
         "output token |",
         f"| `{er.IDLE_SHARE}` | Σ energy of the hour's minutes with no token / Σ energy of its "
         "minutes | share of GPU energy spent idle, 0-1 |",
-        f"| `{er.CACHE_SAVED_POWER}` | K · P/(C+D) | W the prefix cache saves, at most (an upper bound) |",
+        f"| `{er.CACHE_SAVED_POWER}` | K · P/(C+D) | W the prefix cache saves, at most |",
         f"| `{er.COST_PER_TOKEN}{{mode}}` | energy per token · (GPUs · price / 3600) / P | "
         "money per token; dashboards show it per million |",
         "",

@@ -23,8 +23,8 @@ Semantics (the formulas, with their error bounds, are in docs/metrics.md):
   token rates, add up to POWER.
 - IDLE_SHARE: share of the last hour's GPU energy spent in minutes when the host processed no
   token (its servers idle or down), 0-1; only where the servers report realtime tokens.
-- CACHE_SAVED_POWER: W the prefix cache saves, at most: cached prompt tokens per second at the host's
-  joules per computed token.
+- CACHE_SAVED_POWER: W the prefix cache saves, at most: cached prompt tokens per second at the
+  host's joules per computed token.
 - COST_PER_TOKEN{mode}: money per token (currency of thresholds.yml's cost.currency) at
   cost.gpu_hour_price: the host's GPU-hours per second split between the modes as its energy
   is; only rendered when a price is set. Dashboards show it per million tokens.

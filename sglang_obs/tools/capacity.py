@@ -390,13 +390,7 @@ def figures(doc: dict, start: float | None = None, end: float | None = None,
 
 # -- the human side --------------------------------------------------------------------------
 # Every number through sglang_obs.core.shown: "—" for one that is not finite or out of range.
-def watts(v) -> str:
-    return shown.number(v, ",.0f", "rate", " W")
-
-
-def joules(v) -> str:
-    x = shown.checked(v, "rate")
-    return shown.DASH if x is None else f"{x:.3g} J"
+watts, joules = shown.watts, shown.joules
 
 
 def rate(v, unit: str) -> str:
