@@ -59,8 +59,10 @@ def capture(name: str, at: float, s: Settings) -> dict:
         tracker.observe(t, snapshot)
 
     def on_scrape(index, gpus):
+        # The GPUs' latest reading from the first scrape on, as the exporter's sampler gives
+        # it: the page's energy per token needs a minute of their counters.
+        board.set_gpus(lambda: gpus.reading)
         if index * step == at:
-            board.set_gpus(lambda reading=gpus.reading: reading)
             kept["status"] = board.status()
 
     render(scenarios.load(name), step=step, poll_interval=POLL, start=START, instance=INSTANCE,
