@@ -134,6 +134,15 @@ def minutes(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds / 60:.1f} min"
 
 
+def _phase_words(p: dict) -> str:
+    start, end = p["at"] / 60, (p["at"] + p["duration"]) / 60
+    rate = p["rate"]
+    if isinstance(rate, dict):
+        lo, hi = rate["ramp"]
+        return f"{lo:g} to {hi:g} requests/s from {start:g} to {end:g} min"
+    return f"{rate:g} requests/s to {end:g} min"
+
+
 def _alert(run: Run) -> str:
     first = run.first_alert()
     return "none" if first is None else f"{first[0]} at {minutes(first[1])}"
@@ -149,8 +158,9 @@ def doc_block(unscaled: Run, scaled: Run) -> str:
              if d.recommended < a.recommended]
     peak = max(d.recommended for d in fleet.decisions)
     lines = [
-        f"Replayed by `python -m sglang_obs.generate scaling` (scenario `{SCENARIO}`, "
-        f"start-up delay {STARTUP_S:.0f} s, rules evaluated by promtool every "
+        f"Replayed by `python -m sglang_obs.generate scaling` (scenario `{SCENARIO}`: "
+        + "; ".join(_phase_words(p) for p in scenarios.load(SCENARIO).phases)
+        + f"; start-up delay {STARTUP_S:.0f} s, rules evaluated by promtool every "
         f"{unscaled.step} s):",
         "",
         "| | one server | with the recommendation |",
