@@ -39,6 +39,12 @@ class GpuReading:
     lost: bool = False  # fallen off the bus: NVML answers GpuIsLost for it
 
 
+# Each simulated GPU's power: idle with nothing to do, the limit when busy all the time, linear
+# between (a thermal slowdown draws 70 % of the way).
+GPU_IDLE_POWER_W = 60.0
+GPU_POWER_LIMIT_W = 275.0
+
+
 class Looping:
     """A timeline that repeats when served with --loop: each round has the same shape and new
     random draws. The class keeps `scenario`, `loop` and `_round`; `_next_round(offset)` queues
@@ -177,8 +183,8 @@ class Simulation(Looping):
         used = int(total * (cfg.mem_fraction_static + 0.06)) if self.server.up else int(0.01 *
                                                                                       total)
         throttled = self._speed < 1.0
-        limit = 275.0
-        power = 60.0 + (limit - 60.0) * util * (0.7 if throttled else 1.0)
+        limit = GPU_POWER_LIMIT_W
+        power = GPU_IDLE_POWER_W + (limit - GPU_IDLE_POWER_W) * util * (0.7 if throttled else 1.0)
         readings = []
         for i in range(cfg.tp_size):
             self._energy[i] += power * elapsed

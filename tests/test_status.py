@@ -49,7 +49,7 @@ from sglang_obs.render import rules
 from sglang_obs.simulator import scenario as scenarios
 from sglang_obs.simulator.render import in_process_fetcher
 from sglang_obs.simulator.server import make_app as sim_app
-from sglang_obs.simulator.simulation import Simulation
+from sglang_obs.simulator.simulation import GPU_IDLE_POWER_W, GPU_POWER_LIMIT_W, Simulation
 
 from fake_sglang import Route
 
@@ -547,10 +547,10 @@ def test_a_simulated_servers_glance_energy_matches_its_gpus():
     e = status_with_display(board)["servers"][0]["energy"]
     watts = sum(g.values["power_watts"] for g in sampler.reading.gpus)
     assert e["power_watts"] == pytest.approx(watts)
-    assert 60.0 * 2 <= watts <= 275.0 * 2  # the simulator's idle and limit power, 2 GPUs
+    assert GPU_IDLE_POWER_W * 2 <= watts <= GPU_POWER_LIMIT_W * 2  # 2 GPUs
     assert e["output_tokens_last_minute"] > 0
     # At most the whole minute at the power limit over the output tokens, at least at idle
     # power over every token computed: a loose bracket, and a value that is there.
     per_token = e["joules_per_output_token_last_minute"]
     assert per_token is not None
-    assert 0 < per_token < 275.0 * 2 * 65 / e["output_tokens_last_minute"]
+    assert 0 < per_token < GPU_POWER_LIMIT_W * 2 * 65 / e["output_tokens_last_minute"]

@@ -18,6 +18,7 @@ from sglang_obs.generate import promtool_eval
 from sglang_obs.generate.detection import _parse_got, load_scenario, step_seconds
 from sglang_obs.render import energy_rules as er
 from sglang_obs.simulator.render import promtool_series, render
+from sglang_obs.simulator.simulation import GPU_IDLE_POWER_W, GPU_POWER_LIMIT_W
 
 DOC = "metrics.md"  # in docs/
 BLOCK = "energy-numbers"
@@ -183,8 +184,9 @@ def numbers(s: Settings) -> str:
         "scenario's end; the idle share at the end (its hour covers the whole scenario). Cost at "
         f"an illustrative {ILLUSTRATIVE_GPU_HOUR_PRICE:.2f} {ILLUSTRATIVE_CURRENCY} per GPU-hour "
         "(`ILLUSTRATIVE_GPU_HOUR_PRICE` in `sglang_obs/generate/energy.py`: not a default of the "
-        "stack, not a quote). The simulated GPUs draw 60 W idle to 275 W fully busy, each: the "
-        "figures show the formulas at work, not a measured model.",
+        f"stack, not a quote). The simulated GPUs draw {GPU_IDLE_POWER_W:.0f} W idle to "
+        f"{GPU_POWER_LIMIT_W:.0f} W fully busy, each: the figures show the formulas at work, "
+        "not a measured model.",
         "",
         "| scenario | GPUs | mean GPU power | J per prompt token | J per output token "
         f"| idle share (1 h) | cache-saved power | {ILLUSTRATIVE_CURRENCY}/Mtok prompt "
