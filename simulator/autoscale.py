@@ -5,7 +5,10 @@ The scenario's traffic arrives at the pool; each request goes to the ready serve
 fewest requests (running and waiting), as a least-load gateway sends it. Every server is the
 simulator's own (simulator/simulation.py) with the real exporter code polling it in-process, as
 simulator/render.py does for one; each server's series carry its own `instance`
-(`sglang-0:30000`, …) and `host` (`node-0`, …: one server per node, as on Kubernetes).
+(`sglang-0:30000`, …) and `host` (`node-0`, …: one server per node, as on Kubernetes). The
+nodes stay when their server leaves (no cluster autoscaler here): the node's exporter (the GPU
+DaemonSet's) keeps answering its scrapes (`up`), so the host keeps reporting while its server's
+series, and here its GPUs', end.
 
 At each rule evaluation (the scrape step) the recommendation is computed from the series just
 scraped by sglang_obs/core/scaling.py's `Recommender`, the Python spelling of the recording
@@ -175,8 +178,10 @@ def render_fleet(scenario: Scenario, recommender: Recommender | None = None, ini
         seen: dict[str, dict[str, float]] = {}
         for r in fleet.replicas:
             if r.gone_at is not None or not r.ready:
-                if r.scraped and r.instance not in fleet.stale:
-                    fleet.stale[r.instance] = index
+                if r.scraped:  # it left; its node stays, and the node's exporter answers
+                    fleet.stale.setdefault(r.instance, index)
+                    out.add("up", {"job": EXPORTER_JOB, "host": r.host,
+                                   "instance": f"{r.host}:{EXPORTER_PORT}"}, index, 1.0)
                 continue
             r.scraped = True
             r.gpus.sample()

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sglang_obs.core import quantities, scaling, settings
+from sglang_obs.core import quantities, settings
 from sglang_obs.core.sglang import SERVING_ENDPOINTS
 from sglang_obs.core.states import PD_PRIORITY, PD_STATES, STATES
 from sglang_obs.core.times import duration_words
@@ -926,15 +926,11 @@ def fleet_alerts(t: dict) -> tuple[Alert, ...]:
             "SGLangHostNotReporting",
             f"""
 group by (cluster, host) (max_over_time(up[1h]))
-unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))
-unless on (cluster) (
-  {scaling.RECOMMENDED} < on (cluster, pool) max_over_time({scaling.RECOMMENDED}[1h]))""",
+unless on (cluster, host) group by (cluster, host) (max_over_time(up[{window}]))""",
             "The store heard from the host in the last hour and nothing for the window: no up "
             "sample of any job, so neither a healthy nor a failing scrape. The host's last values "
             "are not its state: its servers, GPUs and alerts are unknown, not healthy. A store "
-            "outage does not fire it: the shippers' buffers fill the gap within the for:. Nor "
-            "does a host that left while its cluster's replica recommendation was lower than "
-            "within the hour: the autoscaler took it away (docs/scaling.md).",
+            "outage does not fire it: the shippers' buffers fill the gap within the for:.",
             severity="critical", for_=for_, summary="A fleet host stopped reporting.",
             description="No sample has arrived from host {{ $labels.host }} (cluster "
                         "{{ $labels.cluster }}) for "
@@ -944,8 +940,7 @@ unless on (cluster) (
             dashboard="sglang-fleet",
             fires_when=f"the store has an `up` sample of the host in the last hour but none in "
                        f"the last {window} (every job: SGLang, the exporter, the shipper), for "
-                       f"{duration_words(for_)}, unless a pool of its cluster has a replica "
-                       f"recommendation below its maximum of the last hour (scaled down)"),
+                       f"{duration_words(for_)}"),
         Alert(
             "SGLangShipperDroppingData",
             dropped,
