@@ -43,12 +43,11 @@ from sglang_obs.simulator.render import (
     EXPORTER_JOB,
     SGLANG_JOB,
     Rendered,
-    _label_text,
     _metrics_text,
     _quiet,
-    _value_text,
     in_process_fetcher,
 )
+from sglang_obs.simulator.render import promtool_series as render_series
 from sglang_obs.simulator.scenario import Scenario
 from sglang_obs.simulator.server import make_app
 from sglang_obs.simulator.simulation import Simulation
@@ -246,25 +245,12 @@ def server_load(recommender: Recommender, v: dict[str, float]) -> float | None:
 
 
 def promtool_series(fleet: Fleet, names: Iterable[str] | None = None) -> list[dict]:
-    """`input_series` for promtool test rules: '_' where a series was absent, 'stale' at the
-    step its server left (Prometheus marks a vanished target's series stale at once)."""
-    out = fleet.rendered
-    wanted = set(names) if names is not None else None
-    series = []
-    for (name, labels), points in sorted(out.series.items()):
-        if wanted is not None and name not in wanted:
-            continue
-        gone = fleet.stale.get(dict(labels).get("instance", ""))
-        if gone is None and dict(labels).get("instance", "").endswith(f":{EXPORTER_PORT}"):
-            host = dict(labels).get("host", "")
-            gone = fleet.stale.get(f"sglang-{host.removeprefix('node-')}:{SGLANG_PORT}")
-        values = []
-        for i in range(out.steps):
-            if i in points:
-                values.append(_value_text(points[i]))
-            elif gone is not None and i >= gone and (i - 1 in points or i == gone):
-                values.append("stale")
-            else:
-                values.append("_")
-        series.append({"series": f"{name}{{{_label_text(labels)}}}", "values": " ".join(values)})
-    return series
+    """render.promtool_series with 'stale' where a server left: its own series, and its
+    exporter's that carry no server (the GPUs')."""
+    def gone_at(labels: dict[str, str]) -> int | None:
+        instance = labels.get("instance", "")
+        if instance.endswith(f":{EXPORTER_PORT}"):
+            instance = f"sglang-{labels.get('host', '').removeprefix('node-')}:{SGLANG_PORT}"
+        return fleet.stale.get(instance)
+
+    return render_series(fleet.rendered, names, gone_at)

@@ -329,16 +329,26 @@ def write_openmetrics(rendered: Rendered, path: Path) -> None:
         f.write("# EOF\n")
 
 
-def promtool_series(rendered: Rendered, names: Iterable[str] | None = None) -> list[dict]:
-    """`input_series` for promtool test rules; '_' marks a step where the series was absent."""
+def promtool_series(rendered: Rendered, names: Iterable[str] | None = None,
+                    gone_at: Callable[[dict[str, str]], int | None] | None = None) -> list[dict]:
+    """`input_series` for promtool test rules; '_' marks a step where the series was absent.
+    With `gone_at(labels)`, the step its target left: 'stale' at the first absent step from
+    there (Prometheus marks a vanished target's series stale at once)."""
     wanted = set(names) if names is not None else None
     series = []
     for (name, labels), points in sorted(rendered.series.items()):
         if wanted is not None and name not in wanted:
             continue
-        values = " ".join(_value_text(points[i]) if i in points else "_"
-                          for i in range(rendered.steps))
-        series.append({"series": f"{name}{{{_label_text(labels)}}}", "values": values})
+        gone = gone_at(dict(labels)) if gone_at is not None else None
+        values = []
+        for i in range(rendered.steps):
+            if i in points:
+                values.append(_value_text(points[i]))
+            elif gone is not None and i >= gone and (i - 1 in points or i == gone):
+                values.append("stale")
+            else:
+                values.append("_")
+        series.append({"series": f"{name}{{{_label_text(labels)}}}", "values": " ".join(values)})
     return series
 
 

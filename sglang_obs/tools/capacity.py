@@ -187,13 +187,12 @@ def server_energy(prom: Prometheus, server: str, start: float, end: float, step:
 
 
 def price_of(s: Settings) -> float | None:
-    price = (s.thresholds.get("cost") or {}).get("gpu_hour_price")
-    return float(price) if isinstance(price, int | float) and not isinstance(price, bool) \
-        else None
+    """thresholds.yml's cost.gpu_hour_price, read as the cost rules read it."""
+    return energy.price(s.thresholds)
 
 
 def currency_of(s: Settings) -> str:
-    return str((s.thresholds.get("cost") or {}).get("currency") or "")
+    return energy.currency(s.thresholds)
 
 
 # -- the figures: pure functions of the document --------------------------------------------
@@ -582,8 +581,7 @@ def run(start: str | None, end: str | None, prometheus_url: str | None = None,
                              f"the pack --pack {pack_dir}", pack.PackError)
         if servers:
             doc = {**doc, "servers": {n: doc["servers"][n] for n in servers}}
-        result = figures(doc, lo, hi, price_of(s) if price_of(s) is not None else None,
-                         currency_of(s) or None)
+        result = figures(doc, lo, hi, price_of(s), currency_of(s) or None)
         result["source"] = f"snapshot pack {pack_dir}"
         return result, report(result)
     hi = window[1] if window[1] is not None else now
